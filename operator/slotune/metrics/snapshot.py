@@ -103,7 +103,7 @@ class LatencySummary:
 
         total = histogram.total
         mean = None if sum_s is None or total <= 0 else sum_s / total * 1000.0
-        return cls(p50_ms=ms(0.5), p95_ms=ms(0.95), p99_ms=ms(0.99), mean_ms=mean, count=int(round(total)),
+        return cls(p50_ms=ms(0.5), p95_ms=ms(0.95), p99_ms=ms(0.99), mean_ms=mean, count=round(total),
                    histogram=histogram)
 
 

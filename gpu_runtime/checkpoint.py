@@ -59,18 +59,62 @@ It learned numbers: 0 1 2 3 4 5 6 7 8 9 10 11 12 42 100 256 1024 2048 and dates 
 def hello(name):\n    return f"Hello, {name}!"\nprint(hello("world"))
 Questions and answers: What is the capital of France? Paris. How many legs does a spider have? Eight.
 """
-_SYLLABLES = (
-    "ka lo mi ne ru ta shi po ve da lin mor tes an el or un ix qua zer bo fi gu ha je ko lu ma no pe "
-    "ri sa to vu wa ye zo ber cal den fos gar hil jor kem lus mar nix "
-).split()
+_SYLLABLES = [
+    "ka",
+    "lo",
+    "mi",
+    "ne",
+    "ru",
+    "ta",
+    "shi",
+    "po",
+    "ve",
+    "da",
+    "lin",
+    "mor",
+    "tes",
+    "an",
+    "el",
+    "or",
+    "un",
+    "ix",
+    "qua",
+    "zer",
+    "bo",
+    "fi",
+    "gu",
+    "ha",
+    "je",
+    "ko",
+    "lu",
+    "ma",
+    "no",
+    "pe",
+    "ri",
+    "sa",
+    "to",
+    "vu",
+    "wa",
+    "ye",
+    "zo",
+    "ber",
+    "cal",
+    "den",
+    "fos",
+    "gar",
+    "hil",
+    "jor",
+    "kem",
+    "lus",
+    "mar",
+    "nix",
+]
 
 
 def _corpus(num_words: int) -> list[str]:
     """The embedded text plus deterministic syllable words, enough distinct pairs to reach the largest vocab."""
     rng = random.Random(1234)
-    words = [
-        "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(1, 4))) for _ in range(num_words)
-    ]
+    words = ["".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(1, 4))) for _ in range(num_words)]
     lines = [" ".join(words[i : i + 12]) for i in range(0, len(words), 12)]
     return [_SEED_TEXT] * 20 + lines
 

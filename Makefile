@@ -32,10 +32,10 @@ test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 cluster: deps
-	$(PY) hack/cluster.py up
+	$(PY) hack/kwok_cluster.py up
 
 clean-cluster:
-	$(PY) hack/cluster.py down
+	$(PY) hack/kwok_cluster.py down
 
 crds: $(STAMP)
 	$(VENV)/bin/slotune crd --write

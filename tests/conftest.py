@@ -1,0 +1,68 @@
+"""Session fixtures for the real parts the tests run against: a kwok control plane, Prometheus, helm."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness.prometheus import Prometheus, Target
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "hack"))
+
+import kwok_cluster  # noqa: E402  (hack/ is scripts, not a package)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:
+        has_cuda = False
+    if has_cuda:
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kwok_cluster.Cluster]:
+    """A real control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok) with fake GPU nodes."""
+    workdir = tmp_path_factory.mktemp("kwok")
+    cluster = kwok_cluster.Cluster(f"slotune-test-{os.getpid()}", workdir, kwok_cluster.binaries())
+    cluster.up()
+    try:
+        yield cluster
+    finally:
+        cluster.down()
+
+
+@pytest.fixture(scope="session")
+def helm_binary() -> Path:
+    path = kwok_cluster.tools_dir() / "helm"
+    if not path.exists():
+        raise RuntimeError("helm is not installed; run hack/install-system-deps.sh (make test does)")
+    return path
+
+
+@pytest.fixture
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Prometheus]]:
+    """Factory: prometheus(targets=[("127.0.0.1:PORT", {"label": "v"})], scrape_interval_s=1) -> a running server."""
+    started: list[Prometheus] = []
+
+    def start(targets: list[tuple[str, dict[str, str]]] = (), scrape_interval_s: float = 1.0) -> Prometheus:
+        server = Prometheus(tmp_path_factory.mktemp("prometheus"), scrape_interval_s)
+        started.append(server)
+        server.set_targets([Target(address, dict(labels)) for address, labels in targets])
+        return server
+
+    yield start
+    for server in started:
+        server.stop()

@@ -1,0 +1,119 @@
+"""Server-side snapshot without Prometheus: scrape every replica's `/metrics` twice and difference.
+
+Counters and histograms are differenced per replica (a replica that restarted in between counts from zero, as
+PromQL's rate() does) and then summed over replicas; gauges are averaged over the two scrapes (running and waiting
+summed over replicas, KV usage averaged). Percentiles follow histogram_quantile's rule, so a scrape and a PromQL
+query over the same window give the same numbers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+import httpx
+
+from slotune.metrics.exposition import Exposition, HistogramReading, add_histograms
+from slotune.metrics.names import MetricNames
+from slotune.metrics.snapshot import LatencyMetric, MetricsSnapshot, Source
+from slotune.metrics.window import (
+    MetricsUnavailable,
+    UnavailableReason,
+    WindowReadings,
+    require_samples,
+    summary_from_reading,
+)
+
+
+def fetch_exposition(client: httpx.Client, url: str) -> Exposition:
+    try:
+        response = client.get(url)
+        response.raise_for_status()
+    except httpx.HTTPError as error:
+        raise MetricsUnavailable(UnavailableReason.UNREACHABLE, f"{url}: {error}") from error
+    return Exposition.parse(response.text)
+
+
+def _counter_increase(before: Exposition, after: Exposition, name: str | None, selector: Mapping[str, str]
+                      ) -> float | None:
+    if name is None:
+        return None
+    start, end = before.counter(name, selector), after.counter(name, selector)
+    if end is None:
+        return None
+    return end if start is None or end < start else end - start
+
+
+def _sum_replicas(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
+
+
+def _gauge_mean(scrapes: Sequence[Exposition], name: str | None, selector: Mapping[str, str], *, per_replica_sum: bool
+                ) -> float | None:
+    """Mean over scrape times; at each time the replicas' gauges are summed (counts) or averaged (fractions)."""
+    if name is None:
+        return None
+    values = [v for scrape in scrapes for v in scrape.gauges(name, selector)]
+    if not values:
+        return None
+    return sum(values) / (len(scrapes) if per_replica_sum else len(values))
+
+
+def readings_from_scrapes(
+    before: Sequence[Exposition], after: Sequence[Exposition], window_s: float, names: MetricNames,
+    selector: Mapping[str, str],
+) -> WindowReadings:
+    """Readings of one window from per-replica scrapes at its start (`before`) and end (`after`), index-aligned."""
+    if not before:
+        raise ValueError("scrape at least one /metrics URL")
+    if not any(a.has(f"{h}_count") for a in after for h in names.histograms.values()):
+        raise MetricsUnavailable(UnavailableReason.NOT_EXPOSED, "no latency histograms of the expected engine")
+    pairs = list(zip(before, after, strict=True))
+
+    def increase(name: str | None) -> float | None:
+        return _sum_replicas([_counter_increase(b, a, name, selector) for b, a in pairs])
+
+    def histogram(name: str) -> HistogramReading | None:
+        deltas = []
+        for b, a in pairs:
+            end = a.histogram(name, selector)
+            start = b.histogram(name, selector)
+            if end is not None:
+                deltas.append(end if start is None else end.minus(start))
+        return add_histograms(deltas)
+
+    histograms = {metric: histogram(name) for metric, name in names.histograms.items()}
+    e2e = histograms.get(LatencyMetric.E2E)
+    scrapes = [*before, *after]
+    return WindowReadings(
+        window_s=window_s,
+        latencies={metric: summary_from_reading(h) for metric, h in histograms.items()},
+        num_requests=increase(names.request_success) or (e2e.count if e2e else 0.0),
+        prompt_tokens=increase(names.prompt_tokens), generation_tokens=increase(names.generation_tokens),
+        prefix_cache_queries=increase(names.prefix_cache_queries), prefix_cache_hits=increase(names.prefix_cache_hits),
+        prefix_cache_hit_rate=_gauge_mean(scrapes, names.prefix_cache_hit_rate, selector, per_replica_sum=False),
+        spec_drafts=increase(names.spec_drafts), spec_draft_tokens=increase(names.spec_draft_tokens),
+        spec_accepted_tokens=increase(names.spec_accepted_tokens),
+        spec_accept_length=_gauge_mean(scrapes, names.spec_accept_length, selector, per_replica_sum=False),
+        num_running_mean=_gauge_mean(scrapes, names.num_running, selector, per_replica_sum=True),
+        num_waiting_mean=_gauge_mean(scrapes, names.num_waiting, selector, per_replica_sum=True),
+        kv_cache_usage_mean=_gauge_mean(scrapes, names.kv_cache_usage, selector, per_replica_sum=False),
+        num_preemptions=increase(names.num_preemptions),
+    )
+
+
+def scrape_snapshot(
+    urls: Sequence[str], window_s: float, names: MetricNames, selector: Mapping[str, str] | None = None,
+    min_requests: int = 1, sleep: Callable[[float], None] = time.sleep, timeout_s: float = 10.0,
+) -> MetricsSnapshot:
+    """Scrape every URL, wait `window_s`, scrape again; the window is the measured time between the scrapes."""
+    selector = selector or {}
+    with httpx.Client(timeout=timeout_s) as client:
+        started = time.monotonic()
+        before = [fetch_exposition(client, url) for url in urls]
+        sleep(window_s)
+        after = [fetch_exposition(client, url) for url in urls]
+        measured_s = time.monotonic() - started
+    readings = readings_from_scrapes(before, after, measured_s, names, selector)
+    return require_samples(readings, min_requests).to_snapshot(Source.SCRAPE)

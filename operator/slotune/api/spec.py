@@ -1,0 +1,206 @@
+"""`spec` of a TunedModel: what to serve, on what hardware, with which engine, to which SLO, and how to tune it.
+
+Every field carries a description (it becomes `kubectl explain` text), bounds and defaults; cross-field rules are
+`Rule`s, enforced by pydantic here and by CEL in the generated CRD. `spec.slo` is `slotune.slo.SLOSpec`,
+`spec.workload` is `slotune.loadgen.workload.WorkloadSpec`, and `spec.runtime.config` (the starting knobs) is
+`slotune.knobs.RuntimeConfig` without `replicas`, which lives at `spec.replicas`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from slotune.api.rules import ApiModel, Rule
+from slotune.api.tuning import Knob, TuningMode, TuningSpec
+from slotune.knobs import Engine, RuntimeConfig, SpeculativeMethod
+from slotune.loadgen.workload import WorkloadSpec
+from slotune.slo import SLOSpec
+
+
+class Accelerator(StrEnum):
+    NVIDIA_H200 = "nvidia-h200"
+    NVIDIA_H100_80GB = "nvidia-h100-80gb"
+    NVIDIA_H100_PCIE = "nvidia-h100-pcie"
+    NVIDIA_A100_80GB = "nvidia-a100-80gb"
+    NVIDIA_A100_40GB = "nvidia-a100-40gb"
+    NVIDIA_L4 = "nvidia-l4"
+    CPU = "cpu"
+
+
+class Interconnect(StrEnum):
+    NVLINK = "nvlink"
+    PCIE = "pcie"
+
+
+class ModelDtype(StrEnum):
+    AUTO = "auto"
+    FLOAT32 = "float32"
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+
+
+# hf://org/name, pvc://claim/path, builtin://preset (checkpoints the runtime builds itself), file:///abs, /abs, ./rel.
+SOURCE_PATTERN = (
+    r"^(hf://[A-Za-z0-9._-]+/[A-Za-z0-9._-]+|pvc://[a-z0-9]([a-z0-9.-]*[a-z0-9])?/.+|builtin://[a-z0-9-]+"
+    r"|file:///.+|/.+|\./.+)$"
+)
+_SOURCE_HELP = "hf://org/name, pvc://claim/path, builtin://tiny (a checkpoint the runtime builds), or a local path"
+_SXM_PARTS = frozenset({Accelerator.NVIDIA_H200, Accelerator.NVIDIA_H100_80GB, Accelerator.NVIDIA_A100_80GB,
+                        Accelerator.NVIDIA_A100_40GB})
+
+
+class ModelSpec(ApiModel):
+    """The model to serve and where its weights come from."""
+
+    name: str = Field(min_length=1, max_length=253, description="Name clients use in the OpenAI API `model` field.")
+    source: str = Field(max_length=1024, pattern=SOURCE_PATTERN, description=f"Where the weights are: {_SOURCE_HELP}.")
+    revision: str | None = Field(default=None, max_length=128, description="Branch, tag or commit (hf:// only).")
+    dtype: ModelDtype = Field(default=ModelDtype.AUTO, description="Weight dtype; auto takes the checkpoint's.")
+    max_model_len: int | None = Field(
+        default=None, ge=16, le=1048576, description="Longest prompt + output in tokens; absent: the checkpoint's."
+    )
+    draft_model: str | None = Field(
+        default=None, max_length=1024, pattern=SOURCE_PATTERN,
+        description=f"Smaller model of the same tokenizer for draft_model speculation: {_SOURCE_HELP}.",
+    )
+
+
+class Toleration(ApiModel):
+    """A Kubernetes toleration for the runtime pods (core/v1 Toleration)."""
+
+    key: str | None = Field(default=None, max_length=316, description="Taint key to tolerate; absent: all keys.")
+    operator: str = Field(default="Equal", pattern=r"^(Equal|Exists)$", description="Equal or Exists.")
+    value: str | None = Field(default=None, max_length=63, description="Taint value matched by Equal.")
+    effect: str | None = Field(
+        default=None, pattern=r"^(NoSchedule|PreferNoSchedule|NoExecute)$", description="Taint effect; absent: all."
+    )
+    toleration_seconds: int | None = Field(default=None, description="How long a NoExecute taint is tolerated.")
+
+
+class HardwareSpec(ApiModel):
+    """The accelerator each runtime replica gets; the performance model reads its bandwidth, FLOPs and memory."""
+
+    accelerator: Accelerator = Field(description="Accelerator model of one replica; cpu for local and test runs.")
+    count: int = Field(
+        default=1, ge=0, le=64, description="Accelerators per replica (tensor parallel size); 0 only with cpu."
+    )
+    interconnect: Interconnect | None = Field(
+        default=None, description="Link between a replica's accelerators; absent: nvlink on SXM parts, else pcie."
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node labels the runtime pods must match (Kubernetes only)."
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list, max_length=32, description="Taints the runtime pods tolerate (Kubernetes only)."
+    )
+
+    RULES = (
+        Rule("self.accelerator == 'cpu' || self.count >= 1", "count must be at least 1 for a GPU accelerator",
+             ".count", lambda h: h.accelerator is Accelerator.CPU or h.count >= 1),
+        Rule("self.accelerator != 'cpu' || !has(self.interconnect)", "interconnect applies to GPUs only: remove it "
+             "for cpu", ".interconnect", lambda h: h.accelerator is not Accelerator.CPU or h.interconnect is None),
+    )
+
+    @property
+    def effective_interconnect(self) -> Interconnect | None:
+        if self.interconnect is not None or self.accelerator is Accelerator.CPU:
+            return self.interconnect
+        return Interconnect.NVLINK if self.accelerator in _SXM_PARTS else Interconnect.PCIE
+
+
+class Resources(ApiModel):
+    """Compute resources of one runtime container (core/v1 ResourceRequirements); GPUs come from hardware."""
+
+    requests: dict[str, int | str] = Field(default_factory=dict, description="Minimum resources, e.g. cpu: 4.")
+    limits: dict[str, int | str] = Field(default_factory=dict, description="Maximum resources, e.g. memory: 64Gi.")
+
+
+class RuntimeSpec(ApiModel):
+    """The serving engine, its container, and the knobs it starts with."""
+
+    engine: Engine = Field(default=Engine.BUILTIN, description="builtin (slotune's gpu_runtime) or vllm.")
+    image: str | None = Field(default=None, max_length=512, description="Container image; absent: the engine's.")
+    resources: Resources | None = Field(default=None, description="CPU and memory of each runtime container.")
+    extra_args: list[str] = Field(
+        default_factory=list, max_length=64, description="Extra engine flags, passed through unchanged."
+    )
+    config: RuntimeConfig = Field(
+        default=RuntimeConfig(), json_schema_extra={"x-slotune-omit": ["replicas"]},
+        description="Knobs the runtime starts with, before any tuning; replicas are set by spec.replicas.",
+    )
+
+    @field_validator("config", mode="after")
+    @classmethod
+    def _no_replicas(cls, config: RuntimeConfig) -> RuntimeConfig:
+        if "replicas" in config.model_fields_set:
+            raise ValueError("set the initial replica count in spec.replicas, not in spec.runtime.config")
+        return config
+
+
+def _bounds_hold(spec: Any, knob: str) -> bool:
+    bounds = getattr(spec.tuning.bounds, knob)
+    return bounds.min <= getattr(spec.runtime.config, knob) <= bounds.max
+
+
+def _in_range(knob: str) -> str:
+    value, bounds = f"self.runtime.config.{knob}", f"self.tuning.bounds.{knob}"
+    return f"{value} >= {bounds}.min && {value} <= {bounds}.max"
+
+
+class TunedModelSpec(ApiModel):
+    """A model to serve, the latency SLO it must meet, and how slotune may tune it to get there."""
+
+    model: ModelSpec = Field(description="The model to serve and where its weights come from.")
+    hardware: HardwareSpec = Field(description="The accelerator each replica runs on.")
+    runtime: RuntimeSpec = Field(default=RuntimeSpec(), description="The serving engine and its starting knobs.")
+    slo: SLOSpec = Field(description="Latency targets (milliseconds) every window must meet, and a throughput floor.")
+    workload: WorkloadSpec | None = Field(
+        default=None, description="Expected traffic: replayed in benchmark mode, the simulator's prior otherwise.",
+    )
+    tuning: TuningSpec = Field(default=TuningSpec(), description="Which knobs slotune may change, within what bounds.")
+    replicas: int = Field(default=1, ge=1, le=1024, description="Runtime replicas to start with.")
+
+    RULES = (
+        Rule("!has(self.tuning.bounds.maxReplicas) || self.tuning.bounds.maxReplicas >= self.replicas",
+             "maxReplicas must be at least spec.replicas", ".tuning.bounds.maxReplicas",
+             lambda s: s.tuning.bounds.max_replicas is None or s.tuning.bounds.max_replicas >= s.replicas),
+        Rule("self.replicas >= self.tuning.bounds.minReplicas", "replicas must be at least tuning.bounds.minReplicas",
+             ".replicas", lambda s: s.replicas >= s.tuning.bounds.min_replicas),
+        Rule("!('draft_model' in self.tuning.bounds.speculativeMethods) || has(self.model.draftModel)",
+             "speculative method draft_model needs spec.model.draftModel: set it or allow only ngram",
+             ".tuning.bounds.speculativeMethods",
+             lambda s: SpeculativeMethod.DRAFT_MODEL not in s.tuning.bounds.speculative_methods
+             or s.model.draft_model is not None),
+        Rule(_in_range("maxNumSeqs"), "runtime.config.maxNumSeqs must lie within tuning.bounds.maxNumSeqs",
+             ".runtime.config.maxNumSeqs", lambda s: _bounds_hold(s, "max_num_seqs")),
+        Rule(_in_range("maxNumBatchedTokens"),
+             "runtime.config.maxNumBatchedTokens must lie within tuning.bounds.maxNumBatchedTokens",
+             ".runtime.config.maxNumBatchedTokens", lambda s: _bounds_hold(s, "max_num_batched_tokens")),
+        Rule("!has(self.model.maxModelLen) || self.runtime.config.enableChunkedPrefill"
+             " || self.runtime.config.maxNumBatchedTokens >= self.model.maxModelLen",
+             "without chunked prefill maxNumBatchedTokens must be at least model.maxModelLen (a whole prompt per "
+             "step): raise it or enable chunked prefill", ".runtime.config.maxNumBatchedTokens",
+             lambda s: s.model.max_model_len is None or s.runtime.config.enable_chunked_prefill
+             or s.runtime.config.max_num_batched_tokens >= s.model.max_model_len),
+        Rule("!self.model.source.startsWith('builtin://') || self.runtime.engine == 'builtin'",
+             "builtin:// models are built by the builtin engine only: set runtime.engine builtin",
+             ".runtime.engine",
+             lambda s: not s.model.source.startswith("builtin://") or s.runtime.engine is Engine.BUILTIN),
+        Rule("self.tuning.mode != 'benchmark' || has(self.workload)",
+             "tuning.mode benchmark replays spec.workload: set it", ".tuning.mode",
+             lambda s: s.tuning.mode is not TuningMode.BENCHMARK or s.workload is not None),
+    )
+
+    def initial_config(self) -> RuntimeConfig:
+        """The config the first deployment runs: the starting knobs at the starting replica count."""
+        return self.runtime.config.with_changes(replicas=self.replicas)
+
+    def replica_range(self) -> tuple[int, int]:
+        """(fewest, most) replicas the tuner may use; without maxReplicas the count stays at spec.replicas."""
+        bounds = self.tuning.bounds
+        if Knob.REPLICAS not in self.tuning.knobs:
+            return self.replicas, self.replicas
+        return bounds.min_replicas, bounds.max_replicas or self.replicas

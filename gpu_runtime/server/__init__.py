@@ -1,0 +1,1 @@
+"""The runtime's HTTP server: OpenAI API, metrics, admin, overload handling."""

@@ -1,0 +1,128 @@
+"""`GET/POST /admin/config`: read and change the runtime's knobs live, guarded by a bearer token.
+
+The body is `RuntimeConfig.admin_payload()` of the operator (slotune/knobs.py): any subset of max_num_seqs,
+max_num_batched_tokens, enable_chunked_prefill, enable_prefix_caching, speculative, quantization. Scheduler knobs are
+applied by the engine worker between two steps, so requests in flight continue under the new limits. Speculative
+decoding and quantization change only if the engine build offers `set_speculative` / `set_quantization`; a request
+that would change them otherwise gets a 400 saying so, while restating their current value is accepted (the operator
+always sends the full payload).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import json
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Header, Request
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+
+from gpu_runtime.config import SchedulerKnobs
+from gpu_runtime.server.async_engine import AsyncEngine
+from gpu_runtime.server.protocol import APIError
+
+
+class SpeculativeBody(BaseModel):
+    """Speculative decoding as knobs.py's SpeculativeConfig dumps it (snake_case)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    method: Literal["ngram", "draft_model"]
+    num_speculative_tokens: Annotated[StrictInt, Field(ge=1, le=16)] = 4
+    prompt_lookup_min: Annotated[StrictInt, Field(ge=1, le=16)] = 1
+    prompt_lookup_max: Annotated[StrictInt, Field(ge=1, le=16)] = 4
+    draft_model: str | None = None
+
+
+class AdminConfig(BaseModel):
+    """The live knobs: what GET returns and what POST sets (any subset)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_num_seqs: Annotated[StrictInt, Field(ge=1, le=4096)]
+    max_num_batched_tokens: Annotated[StrictInt, Field(ge=1, le=262144)]
+    enable_chunked_prefill: StrictBool
+    enable_prefix_caching: StrictBool
+    speculative: SpeculativeBody | None = None
+    quantization: Literal["none", "int8", "fp8"] = "none"
+
+    def knobs(self) -> SchedulerKnobs:
+        return SchedulerKnobs(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
+                              enable_chunked_prefill=self.enable_chunked_prefill,
+                              enable_prefix_caching=self.enable_prefix_caching)
+
+
+class AdminState:
+    """The configuration the engine runs now; `speculative`/`quantization` as set at start or by POST."""
+
+    def __init__(self, speculative: SpeculativeBody | None, quantization: str, token: str | None) -> None:
+        self.speculative = speculative
+        self.quantization = quantization
+        self.token = token
+
+    def current(self, engine: AsyncEngine) -> AdminConfig:
+        knobs = dataclasses.asdict(engine.engine.knobs)
+        return AdminConfig(**knobs, speculative=self.speculative, quantization=self.quantization)
+
+
+def _check_token(state: AdminState, authorization: str | None) -> None:
+    if state.token is None:
+        raise APIError(401, "admin API disabled: start the server with --admin-token-file or SLOTUNE_ADMIN_TOKEN",
+                       type_="authentication_error", code="admin_disabled")
+    scheme, _, presented = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip().encode(), state.token.encode()):
+        raise APIError(401, "missing or invalid bearer token", type_="authentication_error", code="invalid_token")
+
+
+async def _parse_update(request: Request, current: AdminConfig) -> AdminConfig:
+    try:
+        body = json.loads(await request.body())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise APIError(400, f"body is not valid JSON: {error}") from error
+    if not isinstance(body, dict):
+        raise APIError(400, "body must be a JSON object of knobs")
+    try:
+        return AdminConfig.model_validate(current.model_dump() | body)
+    except ValidationError as error:
+        raise APIError(400, f"invalid knob values: {_first_errors(error)}", code="invalid_config") from error
+
+
+def _first_errors(error: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()[:5])
+
+
+async def _apply(engine: AsyncEngine, state: AdminState, current: AdminConfig, wanted: AdminConfig) -> None:
+    for knob, setter in (("speculative", "set_speculative"), ("quantization", "set_quantization")):
+        if getattr(wanted, knob) != getattr(current, knob) and not hasattr(engine.engine, setter):
+            raise APIError(400, f"changing {knob} is not supported by this runtime build", code="unsupported_knob")
+    try:
+        knobs = wanted.knobs()
+        if knobs != engine.engine.knobs:
+            await engine.call(lambda e: e.reconfigure(knobs))
+        if wanted.speculative != current.speculative:
+            spec = wanted.speculative
+            await engine.call(lambda e: e.set_speculative(None if spec is None else spec.model_dump()))
+            state.speculative = spec
+        if wanted.quantization != current.quantization:
+            await engine.call(lambda e: e.set_quantization(wanted.quantization))
+            state.quantization = wanted.quantization
+    except ValueError as error:
+        raise APIError(400, f"invalid configuration: {error}", code="invalid_config") from error
+
+
+def build_admin_router(engine: AsyncEngine, state: AdminState) -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/admin/config")
+    async def get_config(authorization: Annotated[str | None, Header()] = None) -> AdminConfig:
+        _check_token(state, authorization)
+        return state.current(engine)
+
+    @router.post("/admin/config")
+    async def post_config(request: Request, authorization: Annotated[str | None, Header()] = None) -> AdminConfig:
+        _check_token(state, authorization)
+        current = state.current(engine)
+        wanted = await _parse_update(request, current)
+        await _apply(engine, state, current, wanted)
+        return state.current(engine)
+
+    return router

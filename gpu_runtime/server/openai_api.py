@@ -1,0 +1,180 @@
+"""The OpenAI-compatible endpoints: `/v1/completions`, `/v1/chat/completions`, `/v1/models`.
+
+A request is validated (protocol.py), tokenized, turned into the engine's `SamplingParams` and submitted through the
+`AsyncEngine`; the answer is either streamed as SSE (streaming.py) or collected into one response. A client that
+disconnects, streaming or not, cancels the consuming task, which aborts the request and frees its KV blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
+
+from gpu_runtime.config import SamplingParams
+from gpu_runtime.server.async_engine import AsyncEngine, EngineDeadError, RequestStream
+from gpu_runtime.server.chat import ChatTemplate
+from gpu_runtime.server.protocol import (
+    APIError,
+    AssistantMessage,
+    ChatChoice,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    CompletionChoice,
+    CompletionRequest,
+    CompletionResponse,
+    ModelCard,
+    ModelList,
+    Usage,
+)
+from gpu_runtime.server.streaming import DONE_EVENT, ChunkEncoder, StreamKind
+
+DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's legacy completions default
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    name: str
+    max_model_len: int
+    vocab_size: int
+    chat_template: ChatTemplate
+
+
+@dataclass(frozen=True)
+class Collected:
+    text: str
+    finish_reason: str | None
+    num_prompt_tokens: int
+    num_output_tokens: int
+
+
+class OpenAIHandlers:
+    """Request -> engine -> response for one served model."""
+
+    def __init__(self, engine: AsyncEngine, model: ServedModel) -> None:
+        self.engine = engine
+        self.model = model
+
+    def models(self) -> ModelList:
+        return ModelList(data=[ModelCard(id=self.model.name, max_model_len=self.model.max_model_len)])
+
+    async def completion(self, body: CompletionRequest, request: Request) -> Response | CompletionResponse:
+        self._check_model(body.model)
+        prompt_ids = self._prompt_ids(body.prompt)
+        params = self._params(body, prompt_ids, body.max_tokens or DEFAULT_COMPLETION_MAX_TOKENS)
+        request_id = f"cmpl-{uuid.uuid4().hex}"
+        outputs = await self.engine.submit(request_id, prompt_ids, params)
+        if body.stream:
+            encoder = ChunkEncoder(request_id, self.model.name, StreamKind.COMPLETION)
+            return _streaming_response(outputs, encoder, body.include_usage)
+        result = await _collect_unless_disconnected(outputs, request)
+        return CompletionResponse(
+            id=request_id, model=self.model.name,
+            choices=[CompletionChoice(text=result.text, finish_reason=result.finish_reason)],
+            usage=Usage.of(result.num_prompt_tokens, result.num_output_tokens))
+
+    async def chat(self, body: ChatCompletionRequest, request: Request) -> Response | ChatCompletionResponse:
+        self._check_model(body.model)
+        prompt_ids = self._prompt_ids(self.model.chat_template.render(body.messages))
+        # Chat defaults to the rest of the context, as vLLM does.
+        params = self._params(body, prompt_ids, body.output_limit or self.model.max_model_len - len(prompt_ids))
+        request_id = f"chatcmpl-{uuid.uuid4().hex}"
+        outputs = await self.engine.submit(request_id, prompt_ids, params)
+        if body.stream:
+            encoder = ChunkEncoder(request_id, self.model.name, StreamKind.CHAT)
+            return _streaming_response(outputs, encoder, body.include_usage)
+        result = await _collect_unless_disconnected(outputs, request)
+        return ChatCompletionResponse(
+            id=request_id, model=self.model.name,
+            choices=[ChatChoice(message=AssistantMessage(content=result.text), finish_reason=result.finish_reason)],
+            usage=Usage.of(result.num_prompt_tokens, result.num_output_tokens))
+
+    def _check_model(self, name: str) -> None:
+        if name != self.model.name:
+            raise APIError(404, f"The model `{name}` does not exist.", type_="NotFoundError", code="model_not_found")
+
+    def _prompt_ids(self, prompt: str | list[int]) -> list[int]:
+        ids = self.engine.engine.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if not ids:
+            raise APIError(400, "prompt is empty after tokenization")
+        if any(not 0 <= token < self.model.vocab_size for token in ids):
+            raise APIError(400, f"prompt token ids must be in [0, {self.model.vocab_size})")
+        return ids
+
+    def _params(self, body: CompletionRequest | ChatCompletionRequest, prompt_ids: list[int],
+                max_tokens: int) -> SamplingParams:
+        if len(prompt_ids) + max_tokens > self.model.max_model_len:
+            raise APIError(400, f"This model's maximum context length is {self.model.max_model_len} tokens; the "
+                                f"prompt has {len(prompt_ids)} and max_tokens asks for {max_tokens} more.",
+                           code="context_length_exceeded")
+        try:
+            return SamplingParams(max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
+                                  top_k=max(0, body.top_k), seed=body.seed, stop=body.stop_strings,
+                                  stop_token_ids=tuple(body.stop_token_ids or ()), ignore_eos=body.ignore_eos)
+        except ValueError as error:
+            raise APIError(400, str(error)) from error
+
+
+def _streaming_response(outputs: RequestStream, encoder: ChunkEncoder, include_usage: bool) -> Response:
+    """The request is already admitted, so a refusal (429, 400) was a status code, not an event in a 200 stream."""
+    return StreamingResponse(_sse(outputs, encoder, include_usage), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def _sse(outputs: RequestStream, encoder: ChunkEncoder, include_usage: bool) -> AsyncIterator[bytes]:
+    async with aclosing(outputs):  # cancellation (client gone) closes the engine stream, which aborts the request
+        if encoder.kind is StreamKind.CHAT:
+            yield encoder.role()
+        last = None
+        try:
+            async for output in outputs:
+                if output.new_text or output.finished:
+                    yield encoder.text(output.new_text, output.finish_reason if output.finished else None)
+                last = output
+        except EngineDeadError as error:
+            yield ChunkEncoder.error(str(error), "server_error")
+        else:
+            if include_usage and last is not None:
+                yield encoder.usage(last.num_prompt_tokens, last.num_output_tokens)
+        yield DONE_EVENT
+
+
+async def _collect(outputs: RequestStream) -> Collected:
+    parts: list[str] = []
+    last = None
+    async with aclosing(outputs):
+        async for output in outputs:
+            parts.append(output.new_text)
+            last = output
+    assert last is not None and last.finished  # generate() yields until its request finishes
+    return Collected("".join(parts), last.finish_reason, last.num_prompt_tokens, last.num_output_tokens)
+
+
+async def _collect_unless_disconnected(outputs: RequestStream, request: Request) -> Collected:
+    """Collect a non-streamed answer; if the client leaves first, cancel (and so abort) the request."""
+    collect = asyncio.ensure_future(_collect(outputs))
+    watch = asyncio.ensure_future(_wait_disconnect(request))
+    done, _ = await asyncio.wait({collect, watch}, return_when=asyncio.FIRST_COMPLETED)
+    if collect in done:
+        watch.cancel()
+        return collect.result()
+    collect.cancel()
+    raise APIError(499, "client disconnected", code="client_closed_request")
+
+
+async def _wait_disconnect(request: Request) -> None:
+    while not await request.is_disconnected():
+        await asyncio.sleep(0.1)
+
+
+def build_openai_router(handlers: OpenAIHandlers) -> APIRouter:
+    router = APIRouter()
+    router.add_api_route("/v1/models", handlers.models, methods=["GET"])
+    router.add_api_route("/v1/completions", handlers.completion, methods=["POST"], response_model=None)
+    router.add_api_route("/v1/chat/completions", handlers.chat, methods=["POST"], response_model=None)
+    return router

@@ -1,0 +1,63 @@
+"""Start serving: parsed flags -> EngineConfig -> LLMEngine -> app -> uvicorn on host:port."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import torch
+import uvicorn
+
+from gpu_runtime.config import EngineConfig, SchedulerKnobs
+from gpu_runtime.engine import LLMEngine
+from gpu_runtime.server.app import ServerSettings, build_app
+
+log = logging.getLogger(__name__)
+
+
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    knobs = SchedulerKnobs(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                           enable_chunked_prefill=args.enable_chunked_prefill,
+                           enable_prefix_caching=args.enable_prefix_caching)
+    return EngineConfig(model=args.model, dtype=args.dtype, device=args.device, max_model_len=args.max_model_len,
+                        block_size=args.block_size, kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+                        gpu_memory_utilization=args.gpu_memory_utilization, knobs=knobs, seed=args.seed)
+
+
+def _apply_startup_features(engine: LLMEngine, args: argparse.Namespace) -> None:
+    """Speculation, quantization and the KV dtype exist only where the engine build offers them; say so plainly."""
+    if args.speculative_config is not None:
+        if not hasattr(engine, "set_speculative"):
+            raise SystemExit("--speculative-config is not supported by this runtime build")
+        engine.set_speculative(args.speculative_config.model_dump())
+    if args.quantization != "none":
+        if not hasattr(engine, "set_quantization"):
+            raise SystemExit("--quantization is not supported by this runtime build")
+        engine.set_quantization(args.quantization)
+    if args.kv_cache_dtype != "auto":
+        raise SystemExit(f"--kv-cache-dtype {args.kv_cache_dtype} is not supported by this runtime build")
+
+
+def serve(args: argparse.Namespace, admin_token: str | None) -> int:
+    if args.num_threads is not None:
+        torch.set_num_threads(args.num_threads)
+    if args.max_waiting_requests < 0:
+        raise SystemExit("--max-waiting-requests must be >= 0")
+    try:
+        engine = LLMEngine(engine_config(args))
+    except ValueError as error:
+        raise SystemExit(f"cannot start the engine: {error}") from error
+    _apply_startup_features(engine, args)
+    settings = ServerSettings(
+        served_model_name=args.served_model_name or Path(args.model).resolve().name,
+        max_waiting_requests=args.max_waiting_requests, admin_token=admin_token,
+        speculative=args.speculative_config, quantization=args.quantization, kv_cache_dtype=args.kv_cache_dtype,
+        gpu_memory_utilization=args.gpu_memory_utilization)
+    app = build_app(engine, settings)
+    if admin_token is None:
+        log.warning("no admin token (--admin-token-file or SLOTUNE_ADMIN_TOKEN): /admin/config is disabled")
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                            timeout_graceful_shutdown=5)
+    uvicorn.Server(config).run()
+    return 0

@@ -79,7 +79,8 @@ class SLOSpec(_Spec):
     tpot: PercentileTargets | None = Field(
         default=None, description="Time per output token (inter-token latency) targets."
     )
-    e2e: PercentileTargets | None = Field(default=None, description="End-to-end request latency targets.")
+    # to_camel would spell this e2E; the wire name is e2e.
+    e2e: PercentileTargets | None = Field(default=None, alias="e2e", description="End-to-end request latency targets.")
     min_throughput: float | None = Field(
         default=None, gt=0, description="Output tokens per second the deployment must sustain, in total."
     )

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, model_validator
-from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from slotune.knobs import SpeculativeConfig
@@ -31,7 +30,8 @@ def wire_name(name: str) -> str:
     """camelCase wire name of a Python field; the `_s` / `_per_s` unit suffixes read as Kubernetes spells them."""
     name = re.sub(r"_per_s$", "_per_second", name)
     name = re.sub(r"_s$", "_seconds", name)
-    return to_camel(name)
+    first, *rest = name.split("_")
+    return first + "".join(part.capitalize() for part in rest)  # not to_camel: it spells e2e as e2E
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from slotune.metrics.exposition import Exposition
 from slotune.metrics.names import Engine, names_for
@@ -14,40 +13,10 @@ from slotune.metrics.scrape import readings_from_scrapes
 from slotune.metrics.snapshot import Histogram as WindowHistogram
 from slotune.metrics.snapshot import LatencyMetric, Source
 from slotune.metrics.window import MetricsUnavailable, UnavailableReason, summary_from_reading
+from tests.unit.metrics_fake_vllm import FakeVllm
 
 DATA = Path(__file__).parent.parent / "data"
-TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10, 20, 40, 80,
-                  160, 640, 2560)
-REQLAT_BUCKETS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680)
 MODEL = {"model_name": "tiny"}
-
-
-class FakeVllm:
-    """A prometheus_client registry declaring a subset of vLLM's metrics, with vLLM's names and buckets."""
-
-    def __init__(self, model: str = "tiny") -> None:
-        self.registry = CollectorRegistry()
-        labels = ["model_name"]
-        self.ttft = Histogram("vllm:time_to_first_token_seconds", "", labels, buckets=TTFT_BUCKETS_S,
-                              registry=self.registry).labels(model)
-        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "", labels, buckets=REQLAT_BUCKETS_S,
-                             registry=self.registry).labels(model)
-        self.prompt = Counter("vllm:prompt_tokens", "", labels, registry=self.registry).labels(model)
-        self.success = Counter("vllm:request_success", "", [*labels, "finished_reason"], registry=self.registry)
-        self.queries = Counter("vllm:prefix_cache_queries", "", labels, registry=self.registry).labels(model)
-        self.hits = Counter("vllm:prefix_cache_hits", "", labels, registry=self.registry).labels(model)
-        self.running = Gauge("vllm:num_requests_running", "", labels, registry=self.registry).labels(model)
-        self.kv = Gauge("vllm:kv_cache_usage_perc", "", labels, registry=self.registry).labels(model)
-        self.model = model
-
-    def finish(self, ttft_s: float, e2e_s: float, prompt_tokens: int, reason: str = "length") -> None:
-        self.ttft.observe(ttft_s)
-        self.e2e.observe(e2e_s)
-        self.prompt.inc(prompt_tokens)
-        self.success.labels(self.model, reason).inc()
-
-    def text(self) -> str:
-        return generate_latest(self.registry).decode()
 
 
 def test_recorded_vllm_text_parses_to_the_expected_sums() -> None:
@@ -95,7 +64,9 @@ def test_two_scrapes_difference_into_the_window_snapshot() -> None:
         assert snapshot.ttft.histogram is not None
         assert snapshot.ttft.histogram.bucket_of(reported_s) == snapshot.ttft.histogram.bucket_of(truth_s)
     assert snapshot.e2e.p50_ms is not None and 500 < snapshot.e2e.p50_ms <= 800
-    assert snapshot.tpot.count == 0 and snapshot.tpot.p99_ms is None  # not exposed by this server
+    assert snapshot.tpot.count == 400 and 500 < snapshot.tpot.p50_ms <= 750  # (e2e - ttft) / (2 - 1) = 600 ms
+    assert snapshot.decode.mean_ms == pytest.approx(600.0)
+    assert snapshot.spec_acceptance_rate is None  # not exposed: unknown, not zero
 
 
 def test_replicas_sum_and_a_restarted_replica_counts_from_zero() -> None:

@@ -1,0 +1,136 @@
+"""Against a real Prometheus: the PromQL snapshot and the direct-scrape snapshot of one window agree.
+
+The target is a real HTTP /metrics endpoint (prometheus_client's server) with vLLM's names; what it reports is set
+by the test, so both readers see the same known observations.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import numpy as np
+import pytest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from slotune.metrics.exposition import Exposition
+from slotune.metrics.names import names_for
+from slotune.metrics.promql import Selector, promql_snapshot
+from slotune.metrics.scrape import readings_from_scrapes
+from slotune.metrics.snapshot import LatencyMetric, MetricsSnapshot, Source
+from slotune.metrics.window import MetricsUnavailable, UnavailableReason
+from tests.harness.ports import free_port
+from tests.unit.metrics_fake_vllm import FakeVllm
+
+SCRAPE_INTERVAL_S = 0.5
+LABELS = {"namespace": "serving", "deployment": "chat"}
+
+
+def _text_format_handler(server: FakeVllm) -> type[BaseHTTPRequestHandler]:
+    """Always the classic text format: prometheus_client 0.26 escapes ':' to '_' in sample names when Prometheus
+    negotiates OpenMetrics, which would rename every vllm: metric (the runtime must serve text format too)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = generate_latest(server.registry)
+            self.send_response(200)
+            self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    return Handler
+
+
+@pytest.fixture
+def exporter() -> Iterator[tuple[FakeVllm, int]]:
+    server = FakeVllm(model="tiny")
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _text_format_handler(server))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield server, httpd.server_address[1]
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join(timeout=5)
+
+
+def _scrape(port: int) -> Exposition:
+    return Exposition.parse(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text)
+
+
+def _drive_load(server: FakeVllm, rng: np.random.Generator) -> None:
+    for _ in range(6):
+        for _ in range(50):
+            ttft_s = float(rng.lognormal(np.log(0.05), 0.6))
+            server.finish(ttft_s=ttft_s, e2e_s=ttft_s + float(rng.uniform(0.4, 3.0)), prompt_tokens=200,
+                          output_tokens=int(rng.integers(2, 30)), queue_s=ttft_s * 0.3)
+        server.queries.inc(1000)
+        server.hits.inc(600)
+        time.sleep(0.5)
+
+
+def _agree(promql: MetricsSnapshot, scraped: MetricsSnapshot) -> None:
+    # increase() extrapolates to the window edges (at most ~half a scrape interval each side): counts within 12%
+    assert promql.num_requests == pytest.approx(scraped.num_requests, rel=0.12)
+    assert promql.prompt_tokens_per_s == pytest.approx(scraped.prompt_tokens_per_s, rel=0.12)
+    assert promql.prefix_cache_hit_rate == pytest.approx(scraped.prefix_cache_hit_rate, rel=0.02)
+    assert promql.num_running_mean == pytest.approx(scraped.num_running_mean)
+    assert promql.kv_cache_usage == pytest.approx(scraped.kv_cache_usage)
+    for metric in LatencyMetric:
+        mine, theirs = promql.latency(metric), scraped.latency(metric)
+        assert theirs.histogram is not None and theirs.count > 0, metric
+        for percentile in (50, 95, 99):
+            value_ms, expected_ms = mine.at(percentile), theirs.at(percentile)
+            assert value_ms is not None and expected_ms is not None, (metric, percentile)
+            assert theirs.histogram.bucket_of(value_ms / 1000) == theirs.histogram.bucket_of(expected_ms / 1000)
+            assert value_ms == pytest.approx(expected_ms, rel=0.05), (metric, percentile)
+
+
+def test_promql_and_direct_scrape_snapshots_agree(
+    exporter: tuple[FakeVllm, int], prometheus: Callable[..., object]
+) -> None:
+    server, port = exporter
+    # Lots of history before the window, so increase()'s zero clamp treats every bucket series alike.
+    for _ in range(5000):
+        server.finish(ttft_s=0.0005, e2e_s=0.2, prompt_tokens=1, output_tokens=2)
+    server.running.set(5)
+    server.kv.set(0.4)
+    prom = prometheus(targets=[(f"127.0.0.1:{port}", LABELS)], scrape_interval_s=SCRAPE_INTERVAL_S)
+    prom.wait_for_scrapes()
+    time.sleep(2 * SCRAPE_INTERVAL_S)
+
+    before, start_s = _scrape(port), time.time()
+    time.sleep(2 * SCRAPE_INTERVAL_S)  # flat edges: the window's first Prometheus sample predates the load
+    _drive_load(server, np.random.default_rng(0))
+    time.sleep(3 * SCRAPE_INTERVAL_S)
+    after, end_s = _scrape(port), time.time()
+    time.sleep(2 * SCRAPE_INTERVAL_S)  # let Prometheus ingest the last sample
+
+    window_s = end_s - start_s
+    names = names_for("builtin")
+    scraped = readings_from_scrapes([before], [after], window_s, names, {"model_name": "tiny"})
+    scraped_snapshot = scraped.to_snapshot(Source.SCRAPE)
+    selector = Selector(namespace="serving", deployment="chat", model="tiny")
+    from_prometheus = promql_snapshot(prom.url, names, selector, window_s, at_s=end_s, min_requests=100)
+    assert scraped_snapshot.num_requests == 300 and from_prometheus.source == Source.PROMETHEUS
+    _agree(from_prometheus, scraped_snapshot)
+
+    elsewhere = Selector(namespace="other", model="tiny")
+    with pytest.raises(MetricsUnavailable) as raised:
+        promql_snapshot(prom.url, names, elsewhere, window_s, at_s=end_s)
+    assert raised.value.reason == UnavailableReason.NOT_EXPOSED
+    with pytest.raises(MetricsUnavailable) as raised:
+        promql_snapshot(prom.url, names, selector, window_s, at_s=end_s, min_requests=10_000)
+    assert raised.value.reason == UnavailableReason.TOO_FEW_SAMPLES
+
+
+def test_prometheus_down_is_metrics_unavailable() -> None:
+    with pytest.raises(MetricsUnavailable) as raised:
+        promql_snapshot(f"http://127.0.0.1:{free_port()}", names_for("vllm"), Selector(), 60.0)
+    assert raised.value.reason == UnavailableReason.UNREACHABLE

@@ -1,0 +1,159 @@
+"""Rotary embeddings and attention over the paged KV cache.
+
+The KV cache of one layer is a pair of tensors [num_blocks * block_size, num_kv_heads, head_dim]; a token's slot is
+block_id * block_size + offset. Each step writes the new tokens' K/V into their slots, then attends per group:
+- a "batched" group: many sequences with few query tokens each (decode, or speculative verification); their active
+  blocks are gathered into one padded [B, kv_heads, S, head_dim] view and handled by one SDPA call with a mask;
+- a "prefill" group: one sequence with a long chunk; without earlier context it attends to its own K/V with a causal
+  SDPA (flash/efficient kernels on CUDA, the fused CPU kernel elsewhere), otherwise it gathers its blocks.
+Pure PyTorch, so it runs on CPU; torch's SDPA picks fused kernels on CUDA.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from gpu_runtime.config import ModelConfig, RopeScaling
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Tensor:
+    """Inverse frequencies, with Llama 3.1 scaling as in Meta's reference (llama-models, apply_scaling)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    if scaling.rope_type == "linear":
+        return inv_freq / scaling.factor
+    if scaling.rope_type != "llama3":
+        return inv_freq
+    old_len = scaling.original_max_position_embeddings
+    low_freq_wavelen = old_len / scaling.low_freq_factor
+    high_freq_wavelen = old_len / scaling.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / scaling.factor, inv_freq)
+    smooth = (old_len / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+    is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium, smoothed, scaled)
+
+
+@dataclass(frozen=True)
+class RopeTables:
+    """cos/sin for every position up to max_len, [max_len, head_dim] each, already in the model dtype."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+    @classmethod
+    def build(cls, cfg: ModelConfig, max_len: int, dtype: torch.dtype, device: torch.device) -> RopeTables:
+        inv_freq = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
+        freqs = torch.outer(torch.arange(max_len, dtype=torch.float32), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)  # HF's non-interleaved layout: [max_len, head_dim]
+        return cls(cos=emb.cos().to(device=device, dtype=dtype), sin=emb.sin().to(device=device, dtype=dtype))
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: [T, heads, head_dim]; cos/sin: [T, head_dim] gathered at the tokens' positions."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos.unsqueeze(1) + rotated * sin.unsqueeze(1)
+
+
+@dataclass(frozen=True)
+class AttentionGroup:
+    """Tokens [start, end) of the flat batch that share one attention call.
+
+    block_tables: [B, max_blocks] (None for a fresh prefill that needs no cached context);
+    mask: [B, 1, max_q, S] bool, True = may attend; num_queries: queries per sequence when uniform, else 0;
+    pad_index: [B * max_q] positions (relative to start) that fill the padded queries when not uniform;
+    valid_index: [end - start] rows of the padded [B * max_q] output that are real tokens.
+    """
+
+    start: int
+    end: int
+    num_seqs: int
+    block_tables: torch.Tensor | None
+    mask: torch.Tensor | None
+    num_queries: int
+    pad_index: torch.Tensor | None = None
+    valid_index: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class AttentionMetadata:
+    """Per-step inputs to attention, shared by all layers: where new K/V go, and how tokens are grouped."""
+
+    slot_mapping: torch.Tensor  # [T] long
+    groups: tuple[AttentionGroup, ...]
+    block_size: int
+
+
+def write_kv(
+    k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor
+) -> None:
+    """Store the step's K/V [T, kv_heads, head_dim] in their cache slots."""
+    k_cache.index_copy_(0, slots, k)
+    v_cache.index_copy_(0, slots, v)
+
+
+def _gather(cache: torch.Tensor, block_tables: torch.Tensor, block_size: int) -> torch.Tensor:
+    """[num_slots, kvh, d] cache + [B, nb] tables -> [B, kvh, nb * block_size, d] view of the active blocks."""
+    num_blocks = cache.shape[0] // block_size
+    blocks = cache.view(num_blocks, block_size, *cache.shape[1:])[block_tables]  # [B, nb, bs, kvh, d]
+    b, nb = block_tables.shape
+    return blocks.view(b, nb * block_size, *cache.shape[1:]).transpose(1, 2)
+
+
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1]
+    )
+
+
+def _attend_group(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    g: AttentionGroup,
+    block_size: int,
+) -> torch.Tensor:
+    """Attention for the group's tokens; returns [end - start, heads, head_dim]."""
+    qg = q[g.start : g.end]
+    if g.block_tables is None:  # fresh prefill of one sequence: only its own tokens, causal
+        out = _sdpa(
+            qg.transpose(0, 1)[None],
+            k[g.start : g.end].transpose(0, 1)[None],
+            v[g.start : g.end].transpose(0, 1)[None],
+            None,
+            causal=True,
+        )
+        return out[0].transpose(0, 1)
+    keys = _gather(k_cache, g.block_tables, block_size)
+    values = _gather(v_cache, g.block_tables, block_size)
+    heads, dim = qg.shape[1], qg.shape[2]
+    if g.num_queries:
+        qb = qg.view(g.num_seqs, g.num_queries, heads, dim)
+    else:
+        assert g.pad_index is not None
+        qb = qg[g.pad_index].view(g.num_seqs, -1, heads, dim)
+    out = _sdpa(qb.transpose(1, 2), keys, values, g.mask, causal=False).transpose(1, 2)  # [B, q, H, d]
+    out = out.reshape(-1, heads, dim)
+    return out if g.num_queries else out[g.valid_index]
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+) -> torch.Tensor:
+    """q: [T, H, d]; k, v: [T, kvh, d]. Writes k/v into the cache, returns [T, H, d]."""
+    write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
+    if len(meta.groups) == 1:
+        return _attend_group(q, k, v, k_cache, v_cache, meta.groups[0], meta.block_size)
+    return torch.cat([_attend_group(q, k, v, k_cache, v_cache, g, meta.block_size) for g in meta.groups])

@@ -1,0 +1,299 @@
+"""LLMEngine: the runtime's public surface. Accepts requests, runs one scheduler step plus one forward pass per
+step(), samples, detokenizes, applies stop conditions and reports per-request outputs with timestamps (the single
+source of every latency metric). Single-threaded: the server drives it from one worker thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from gpu_runtime.config import (
+    DEFAULT_CPU_KV_CACHE_BYTES,
+    MAX_MODEL_LEN_CAP,
+    EngineConfig,
+    ModelConfig,
+    SamplingParams,
+    SchedulerKnobs,
+)
+from gpu_runtime.kv_cache import BlockManager
+from gpu_runtime.model_runner import ModelRunner, SequenceInput, kv_bytes_per_block
+from gpu_runtime.sampling import Sampler
+from gpu_runtime.scheduler import Scheduler, SchedulerOutput
+from gpu_runtime.sequence import RequestTimes, Sequence
+from gpu_runtime.tokenizer import IncrementalDetokenizer, Tokenizer
+
+__all__ = [
+    "EngineConfig",
+    "EngineStats",
+    "LLMEngine",
+    "RequestOutput",
+    "RequestTimes",
+    "SamplingParams",
+    "SchedulerKnobs",
+]
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_CUDA_ACTIVATION_RESERVE_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    request_id: str
+    new_token_ids: list[int]
+    new_text: str
+    num_output_tokens: int
+    num_prompt_tokens: int
+    num_cached_tokens: int
+    finished: bool
+    finish_reason: str | None
+    times: RequestTimes
+    token_times: list[float]
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    num_running: int
+    num_waiting: int
+    kv_cache_usage: float
+    num_total_blocks: int
+    num_free_blocks: int
+    prefix_cache_queries_tokens: int
+    prefix_cache_hits_tokens: int
+    num_preemptions: int
+    num_steps: int
+    last_step_num_tokens: int
+
+
+@dataclass
+class _TextState:
+    """Detokenized output of one request; text past `emitted` is held back while it could start a stop string."""
+
+    detokenizer: IncrementalDetokenizer
+    text: str = ""
+    emitted: int = 0
+    stop_holdback: int = 0
+    token_times: list[float] = field(default_factory=list)
+
+
+def _resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def _resolve_dtype(name: str, model_cfg: ModelConfig, device: torch.device) -> torch.dtype:
+    dtype = _DTYPES.get(model_cfg.torch_dtype, torch.float32) if name == "auto" else _DTYPES[name]
+    if name == "auto" and device.type == "cpu" and dtype == torch.float16:
+        return torch.float32  # fp16 matmuls on CPU are slow and not more accurate than fp32
+    return dtype
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        path = Path(config.model)
+        self.model_config = ModelConfig.from_dir(path)
+        self.device = _resolve_device(config.device)
+        self.dtype = _resolve_dtype(config.dtype, self.model_config, self.device)
+        self.max_model_len = self._max_model_len()
+        torch.manual_seed(config.seed)
+        self.runner = ModelRunner(path, self.dtype, self.device, self.max_model_len, config.block_size)
+        self.runner.allocate_kv_cache(self._num_blocks())
+        self.tokenizer = Tokenizer(path, self.model_config.eos_token_ids)
+        self.block_manager = BlockManager(self.runner.num_blocks, config.block_size, config.knobs.enable_prefix_caching)
+        self.scheduler = Scheduler(config.knobs, self.block_manager)
+        self.sampler = Sampler(self.device, config.seed)
+        self._seqs: dict[str, Sequence] = {}
+        self._texts: dict[str, _TextState] = {}
+        self._pending: list[RequestOutput] = []
+        self._num_steps = 0
+        self._last_step_num_tokens = 0
+        self._generate_ids = itertools.count()
+
+    @property
+    def knobs(self) -> SchedulerKnobs:
+        return self.scheduler.knobs
+
+    def _max_model_len(self) -> int:
+        limit = min(self.model_config.max_position_embeddings, MAX_MODEL_LEN_CAP)
+        wanted = self.config.max_model_len or limit
+        if wanted > self.model_config.max_position_embeddings:
+            raise ValueError(
+                f"max_model_len {wanted} exceeds the model's max_position_embeddings "
+                f"{self.model_config.max_position_embeddings}"
+            )
+        return wanted
+
+    def _num_blocks(self) -> int:
+        per_block = kv_bytes_per_block(self.model_config, self.config.block_size, self.dtype)
+        if self.device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(self.device)
+            budget = int(free - total * (1 - self.config.gpu_memory_utilization)) - _CUDA_ACTIVATION_RESERVE_BYTES
+        else:
+            budget = self.config.kv_cache_memory_bytes or DEFAULT_CPU_KV_CACHE_BYTES
+        num_blocks = budget // per_block
+        if num_blocks < 1:
+            raise ValueError(f"KV cache budget of {budget} bytes holds no block of {per_block} bytes")
+        return num_blocks
+
+    # ---- requests -------------------------------------------------------------------------------------------
+    def add_request(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, arrival_time: float | None = None
+    ) -> None:
+        self._validate_request(request_id, prompt_token_ids, params)
+        seq = Sequence(
+            request_id, list(prompt_token_ids), params, time.monotonic() if arrival_time is None else arrival_time
+        )
+        self._seqs[request_id] = seq
+        holdback = max((len(s) for s in params.stop), default=1) - 1
+        self._texts[request_id] = _TextState(IncrementalDetokenizer(self.tokenizer), stop_holdback=holdback)
+        self.scheduler.add(seq)
+
+    def _validate_request(self, request_id: str, prompt: list[int], params: SamplingParams) -> None:
+        if request_id in self._seqs:
+            raise ValueError(f"request id {request_id!r} is already in flight")
+        if not prompt:
+            raise ValueError("prompt must contain at least one token")
+        if len(prompt) + params.max_tokens > self.max_model_len:
+            raise ValueError(
+                f"prompt ({len(prompt)} tokens) + max_tokens ({params.max_tokens}) exceeds "
+                f"max_model_len ({self.max_model_len})"
+            )
+        if min(prompt) < 0 or max(prompt) >= self.model_config.vocab_size:
+            raise ValueError(f"prompt token ids must be in [0, {self.model_config.vocab_size})")
+        if self.block_manager.blocks_needed(len(prompt) + params.max_tokens) > self.block_manager.num_total_blocks:
+            raise ValueError(
+                f"prompt + max_tokens needs more KV blocks than the whole cache holds "
+                f"({self.block_manager.num_total_blocks} blocks of {self.config.block_size} tokens)"
+            )
+
+    def abort_request(self, request_id: str) -> None:
+        """Free the request's KV blocks; the next step() reports it finished with finish_reason "abort"."""
+        seq = self._seqs.get(request_id)
+        if seq is None:
+            return
+        self._finish(seq, "abort", time.monotonic())
+        self._pending.append(self._output(seq, [], "", []))
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished() or bool(self._pending)
+
+    def reconfigure(self, knobs: SchedulerKnobs) -> None:
+        """Apply new knobs from the next step on; in-flight requests continue (the engine is single-threaded, so
+        this always runs between steps)."""
+        self.scheduler.set_knobs(knobs)
+
+    # ---- the step -------------------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        outputs, self._pending = self._pending, []
+        sched = self.scheduler.schedule()
+        now = time.monotonic()
+        for item in sched.scheduled:
+            if item.seq.first_scheduled_time is None:
+                item.seq.first_scheduled_time = now
+        completing = [item.seq for item in sched.scheduled if item.completes]
+        tokens = self._forward_and_sample(sched, completing) if sched.scheduled else []
+        self.scheduler.on_step_done(sched)
+        now = time.monotonic()
+        for seq, token in zip(completing, tokens, strict=True):
+            seq.append_token(token, now)
+            outputs.append(self._process_token(seq, token, now))
+        self._num_steps += 1
+        self._last_step_num_tokens = sched.num_batched_tokens
+        return outputs
+
+    def _forward_and_sample(self, sched: SchedulerOutput, completing: list[Sequence]) -> list[int]:
+        inputs = [
+            SequenceInput(
+                item.seq.token_ids[item.start : item.start + item.num_new_tokens],
+                item.start,
+                self.block_manager.block_ids(item.seq.request_id),
+                1 if item.completes else 0,
+            )
+            for item in sched.scheduled
+        ]
+        logits = self.runner.execute(inputs)
+        if not completing:
+            return []
+        return self.sampler.sample(logits, [s.params for s in completing], [s.request_id for s in completing])
+
+    def _process_token(self, seq: Sequence, token: int, now: float) -> RequestOutput:
+        state = self._texts[seq.request_id]
+        state.token_times.append(now)
+        state.text += state.detokenizer.step(seq.output_token_ids)
+        reason = self._stop_reason(seq, token, state)
+        if reason is not None:
+            self._finish(seq, reason, now)
+        end = len(state.text) if reason else max(state.emitted, len(state.text) - state.stop_holdback)
+        new_text, state.emitted = state.text[state.emitted : end], end
+        times, state.token_times = state.token_times, []
+        return self._output(seq, [token], new_text, times)
+
+    def _stop_reason(self, seq: Sequence, token: int, state: _TextState) -> str | None:
+        params = seq.params
+        if token in params.stop_token_ids or (not params.ignore_eos and token in self.tokenizer.eos_token_ids):
+            return "stop"
+        for stop in params.stop:
+            index = state.text.find(stop, max(0, state.emitted - len(stop)))
+            if index >= 0:
+                state.text = state.text[:index]
+                return "stop"
+        if seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len:
+            return "length"
+        return None
+
+    def _finish(self, seq: Sequence, reason: str, now: float) -> None:
+        self.scheduler.remove(seq)
+        self.sampler.forget(seq.request_id)
+        seq.finish_reason, seq.finished_time = reason, now
+        del self._seqs[seq.request_id]
+
+    def _output(self, seq: Sequence, new_ids: list[int], new_text: str, token_times: list[float]) -> RequestOutput:
+        if seq.is_finished:
+            self._texts.pop(seq.request_id, None)
+        return RequestOutput(
+            request_id=seq.request_id,
+            new_token_ids=new_ids,
+            new_text=new_text,
+            num_output_tokens=seq.num_output_tokens,
+            num_prompt_tokens=seq.num_prompt_tokens,
+            num_cached_tokens=seq.num_cached_tokens,
+            finished=seq.is_finished,
+            finish_reason=seq.finish_reason,
+            times=seq.times(),
+            token_times=token_times,
+        )
+
+    # ---- introspection and convenience ----------------------------------------------------------------------
+    def stats(self) -> EngineStats:
+        bm = self.block_manager
+        return EngineStats(
+            num_running=len(self.scheduler.running),
+            num_waiting=len(self.scheduler.waiting),
+            kv_cache_usage=bm.usage,
+            num_total_blocks=bm.num_total_blocks,
+            num_free_blocks=bm.num_free_blocks,
+            prefix_cache_queries_tokens=bm.prefix_cache_queries_tokens,
+            prefix_cache_hits_tokens=bm.prefix_cache_hits_tokens,
+            num_preemptions=self.scheduler.num_preemptions,
+            num_steps=self._num_steps,
+            last_step_num_tokens=self._last_step_num_tokens,
+        )
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
+        """Run the prompts to completion (alongside any other requests) and return their output token ids."""
+        batch = next(self._generate_ids)
+        ids = [f"generate-{batch}-{i}" for i in range(len(prompts))]
+        for rid, prompt in zip(ids, prompts, strict=True):
+            self.add_request(rid, prompt, params)
+        results: dict[str, list[int]] = {rid: [] for rid in ids}
+        while any(rid in self._seqs for rid in ids):
+            for out in self.step():
+                if out.request_id in results:
+                    results[out.request_id].extend(out.new_token_ids)
+        return [results[rid] for rid in ids]

@@ -1,0 +1,69 @@
+"""N simulated replicas behind a round-robin load balancer, turned into the same `MetricsSnapshot` a real window gives.
+
+Round robin assigns the i-th arriving request to replica i mod N whatever the replicas' state (as a Kubernetes
+Service does per connection), so each replica can be simulated on its own share of the arrivals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slotune.knobs import RuntimeConfig, SpeculativeMethod
+from slotune.loadgen.workload import PlannedRequest, WorkloadSpec, plan_requests
+from slotune.metrics.snapshot import MetricsSnapshot
+from slotune.perfmodel.accelerators import AcceleratorProfile
+from slotune.perfmodel.model_profile import ModelProfile
+from slotune.perfmodel.roofline import Efficiency, StepTimeModel
+from slotune.simulator.replica import ReplicaResult, ReplicaSimulator, RequestRecord, SpeculationModel
+from slotune.simulator.window import build_snapshot
+
+# A draft model costs about this fraction of a target decode step per drafted token (a ~10x smaller model).
+DRAFT_MODEL_COST_PER_TOKEN = 0.1
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What is being served and on what: the parts of a TunedModel the simulator needs besides the knobs."""
+
+    model: ModelProfile
+    accelerator: AcceleratorProfile
+    tensor_parallel: int = 1
+    memory_utilization: float = 0.9
+    efficiency: Efficiency | None = None
+
+    def step_model(self, config: RuntimeConfig) -> StepTimeModel:
+        return StepTimeModel(self.model, self.accelerator, self.tensor_parallel, config.quantization,
+                             config.kv_cache_dtype, self.efficiency)
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    snapshot: MetricsSnapshot
+    records: tuple[RequestRecord, ...]
+
+
+def simulate(deployment: Deployment, config: RuntimeConfig, requests: list[PlannedRequest],
+             spec_acceptance_rate: float = 0.0) -> SimulationResult:
+    """Serve `requests` with `config.replicas` replicas and measure the window like the runtime's metrics would."""
+    if config.replicas < 1:
+        raise ValueError("cannot simulate zero replicas")
+    step_model = deployment.step_model(config)
+    capacity = step_model.kv_capacity_tokens(deployment.memory_utilization)
+    speculation = SpeculationModel.for_config(config, spec_acceptance_rate)
+    draft_s = 0.0
+    if config.speculative is not None and config.speculative.method is SpeculativeMethod.DRAFT_MODEL:
+        drafts = config.speculative.num_speculative_tokens
+        draft_s = DRAFT_MODEL_COST_PER_TOKEN * drafts * step_model.decode_step_s(1, 0)
+    results: list[ReplicaResult] = []
+    for index in range(config.replicas):
+        share = requests[index::config.replicas]
+        results.append(ReplicaSimulator(config, step_model, capacity, speculation, draft_s).run(share))
+    snapshot = build_snapshot(results, requests, config, spec_acceptance_rate)
+    return SimulationResult(snapshot, tuple(r for result in results for r in result.records))
+
+
+def simulate_workload(deployment: Deployment, config: RuntimeConfig, workload: WorkloadSpec, num_requests: int,
+                      seed: int = 0, spec_acceptance_rate: float = 0.0) -> SimulationResult:
+    """Plan `num_requests` from the workload with `seed` and simulate them."""
+    return simulate(deployment, config, plan_requests(workload, num_requests=num_requests, seed=seed),
+                    spec_acceptance_rate)

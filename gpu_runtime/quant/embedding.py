@@ -1,0 +1,30 @@
+"""Embedding table stored quantized per row (per token), looked up and dequantized on the fly.
+
+The token embedding is as large as the output head, so leaving it in full precision caps the saving of a
+weight-only scheme well above half of bf16 bytes. Rows are quantized with the same per-row quantizer as the linear
+layers (int8 or e4m3), which lets a tied output head share the quantized table instead of holding a second copy.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class QuantizedEmbedding(nn.Module):
+    """Drop-in for nn.Embedding: weight_q [num_embeddings, dim] (int8 or fp8) with one scale per row."""
+
+    def __init__(self, weight_q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, padding_idx: int | None = None):
+        super().__init__()
+        self.num_embeddings = int(weight_q.shape[0])
+        self.embedding_dim = int(weight_q.shape[1])
+        self.padding_idx = padding_idx
+        self.register_buffer("weight_q", weight_q)  # [vocab, dim]
+        self.register_buffer("scale", scale.to(dtype))  # [vocab]
+
+    def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
+        rows = self.weight_q[token_ids].to(self.scale.dtype)  # [..., dim]
+        return rows * self.scale[token_ids].unsqueeze(-1)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, storage={self.weight_q.dtype}"

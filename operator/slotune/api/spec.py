@@ -12,8 +12,9 @@ from enum import StrEnum
 from typing import Any
 
 from pydantic import Field, field_validator
+from pydantic_core import PydanticCustomError
 
-from slotune.api.rules import ApiModel, Rule
+from slotune.api.rules import RULE_ERROR, ApiModel, Rule
 from slotune.api.tuning import Knob, TuningMode, TuningSpec
 from slotune.knobs import Engine, RuntimeConfig, SpeculativeMethod
 from slotune.loadgen.workload import WorkloadSpec
@@ -136,7 +137,9 @@ class RuntimeSpec(ApiModel):
     @classmethod
     def _no_replicas(cls, config: RuntimeConfig) -> RuntimeConfig:
         if "replicas" in config.model_fields_set:
-            raise ValueError("set the initial replica count in spec.replicas, not in spec.runtime.config")
+            raise PydanticCustomError(
+                RULE_ERROR, "set the initial replica count in spec.replicas, not here", {"field_path": ".replicas"}
+            )
         return config
 
 

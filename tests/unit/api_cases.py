@@ -1,0 +1,48 @@
+"""The invalid-TunedModel table shared by the loader's unit tests and the API server's integration tests."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+BASE = ROOT / "examples" / "chat-h100.yaml"
+
+
+@dataclass(frozen=True)
+class InvalidCase:
+    name: str
+    manifest: dict[str, Any]
+    path: str
+    python_message: str
+    server_message: str
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: mappings merge, null deletes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    merged = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged
+
+
+def invalid_cases() -> list[InvalidCase]:
+    base = yaml.safe_load(BASE.read_text())
+    rows = yaml.safe_load((Path(__file__).parent / "tunedmodel_invalid_cases.yaml").read_text())
+    cases = []
+    for row in rows:
+        manifest = merge_patch(base, row["patch"])
+        manifest["metadata"] = {"name": row["name"]}
+        cases.append(InvalidCase(row["name"], manifest, row["path"], row.get("python", row.get("message")),
+                                 row.get("server", row.get("message"))))
+    return cases

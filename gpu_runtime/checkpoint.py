@@ -177,29 +177,37 @@ def _config_dict(preset: Preset, arch: str, dtype: str, bos_id: int, eos_id: int
 
 
 def _random_weights(preset: Preset, arch: str, seed: int) -> dict[str, torch.Tensor]:
-    """HF-like init (normal std 0.02); norm weights jittered around 1 so a mis-loaded norm shows in the logits."""
+    """Random weights scaled so that greedy decoding stays varied.
+
+    Projections use std 1/sqrt(fan_in) (LeCun init) and embeddings std 0.5: with HF's flat std 0.02 a random model
+    either echoes the last token or repeats one token forever. Norm weights are jittered around 1 so a mis-loaded
+    norm shows in the logits.
+    """
     gen = torch.Generator().manual_seed(seed)
     h, kv_dim = preset.hidden_size, preset.num_kv_heads * (preset.hidden_size // preset.num_heads)
 
-    def normal(*shape: int, std: float = 0.02) -> torch.Tensor:
+    def normal(*shape: int, std: float) -> torch.Tensor:
         return torch.randn(*shape, generator=gen) * std
+
+    def linear(out_dim: int, in_dim: int) -> torch.Tensor:
+        return normal(out_dim, in_dim, std=in_dim**-0.5)
 
     def norm(dim: int) -> torch.Tensor:
         return 1.0 + normal(dim, std=0.1)
 
-    w: dict[str, torch.Tensor] = {"model.embed_tokens.weight": normal(preset.vocab_size, h, std=1.0)}
+    w: dict[str, torch.Tensor] = {"model.embed_tokens.weight": normal(preset.vocab_size, h, std=0.5)}
     for i in range(preset.num_layers):
         p = f"model.layers.{i}."
         w[p + "input_layernorm.weight"] = norm(h)
         w[p + "post_attention_layernorm.weight"] = norm(h)
         for name, out_dim in (("q_proj", h), ("k_proj", kv_dim), ("v_proj", kv_dim)):
-            w[p + f"self_attn.{name}.weight"] = normal(out_dim, h)
+            w[p + f"self_attn.{name}.weight"] = linear(out_dim, h)
             if arch == "qwen2":
                 w[p + f"self_attn.{name}.bias"] = normal(out_dim, std=0.1)
-        w[p + "self_attn.o_proj.weight"] = normal(h, h)
-        w[p + "mlp.gate_proj.weight"] = normal(preset.intermediate_size, h)
-        w[p + "mlp.up_proj.weight"] = normal(preset.intermediate_size, h)
-        w[p + "mlp.down_proj.weight"] = normal(h, preset.intermediate_size)
+        w[p + "self_attn.o_proj.weight"] = linear(h, h)
+        w[p + "mlp.gate_proj.weight"] = linear(preset.intermediate_size, h)
+        w[p + "mlp.up_proj.weight"] = linear(preset.intermediate_size, h)
+        w[p + "mlp.down_proj.weight"] = linear(h, preset.intermediate_size)
     w["model.norm.weight"] = norm(h)
     w["lm_head.weight"] = normal(preset.vocab_size, h, std=0.05)
     return w

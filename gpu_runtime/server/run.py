@@ -11,6 +11,7 @@ import uvicorn
 
 from gpu_runtime.config import EngineConfig, SchedulerKnobs
 from gpu_runtime.engine import LLMEngine
+from gpu_runtime.model_source import resolve_model
 from gpu_runtime.server.app import ServerSettings, build_app
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,8 @@ def serve(args: argparse.Namespace, admin_token: str | None) -> int:
     if args.max_waiting_requests < 0:
         raise SystemExit("--max-waiting-requests must be >= 0")
     try:
+        # builtin://PRESET becomes the directory of a generated checkpoint; everything below sees a real path.
+        args = argparse.Namespace(**vars(args) | {"model": resolve_model(args.model)})
         engine = LLMEngine(engine_config(args))
     except ValueError as error:
         raise SystemExit(f"cannot start the engine: {error}") from error

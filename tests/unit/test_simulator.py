@@ -51,7 +51,7 @@ def test_more_replicas_cut_queueing_under_overload():
 
 
 def test_prefix_caching_hits_the_shared_share_and_cuts_prefill():
-    workload = WorkloadSpec(profile=Profile.PREFIX_HEAVY, request_rate_per_s=6)
+    workload = WorkloadSpec(profile=Profile.PREFIX_HEAVY, request_rate_per_s=2)
     off = simulate_workload(L4, RuntimeConfig(enable_prefix_caching=False), workload, 120, seed=0).snapshot
     on = simulate_workload(L4, RuntimeConfig(enable_prefix_caching=True), workload, 120, seed=0).snapshot
     assert off.prefix_cache_hit_rate == 0

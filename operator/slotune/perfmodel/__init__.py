@@ -2,6 +2,7 @@
 
 from slotune.perfmodel.accelerators import ACCELERATORS, AcceleratorProfile, accelerator
 from slotune.perfmodel.calibration import CalibrationResult, StepMeasurement, calibrate
+from slotune.perfmodel.deployment import Deployment
 from slotune.perfmodel.model_profile import MODELS, ModelProfile, model_profile
 from slotune.perfmodel.roofline import Efficiency, StepCost, StepShape, StepTimeModel
 
@@ -10,6 +11,7 @@ __all__ = [
     "MODELS",
     "AcceleratorProfile",
     "CalibrationResult",
+    "Deployment",
     "Efficiency",
     "ModelProfile",
     "StepCost",

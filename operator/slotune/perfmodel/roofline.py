@@ -120,8 +120,15 @@ class StepTimeModel:
             remaining, done = remaining - c, done + c
         return total
 
-    def kv_capacity_tokens(self, memory_utilization: float = 0.9) -> int:
-        """KV cache tokens that fit next to the weights (vLLM's --gpu-memory-utilization share of device memory)."""
+    def activation_bytes(self, max_num_batched_tokens: int) -> float:
+        """Peak activations of the largest step, which vLLM's profiling run reserves: the MLP's gate and up outputs
+        plus a few hidden-size buffers per token, in the model dtype."""
+        m = self.model
+        return max_num_batched_tokens * (2 * m.intermediate_size + 4 * m.hidden_size) * m.bytes_per_param
+
+    def kv_capacity_tokens(self, memory_utilization: float = 0.9, max_num_batched_tokens: int = 2048) -> int:
+        """KV cache tokens that fit next to weights and activations (vLLM's --gpu-memory-utilization share)."""
         memory = self.accelerator.memory_bytes * memory_utilization * self.tensor_parallel
-        free = memory - self.model.resident_bytes(self.quantization) - 0.04 * memory  # activations, CUDA graphs
+        reserved = self.activation_bytes(max_num_batched_tokens) + 0.02 * memory  # + CUDA graphs, allocator slack
+        free = memory - self.model.resident_bytes(self.quantization) - reserved
         return max(0, int(free / self.model.kv_bytes_per_token(self.kv_cache_dtype)))

@@ -8,32 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+__all__ = ["Deployment", "SimulationResult", "simulate", "simulate_workload"]
+
 from slotune.knobs import RuntimeConfig, SpeculativeMethod
 from slotune.loadgen.workload import PlannedRequest, WorkloadSpec, plan_requests
 from slotune.metrics.snapshot import MetricsSnapshot
-from slotune.perfmodel.accelerators import AcceleratorProfile
-from slotune.perfmodel.model_profile import ModelProfile
-from slotune.perfmodel.roofline import Efficiency, StepTimeModel
+from slotune.perfmodel.deployment import Deployment
 from slotune.simulator.replica import ReplicaResult, ReplicaSimulator, RequestRecord, SpeculationModel
 from slotune.simulator.window import build_snapshot
 
 # A draft model costs about this fraction of a target decode step per drafted token (a ~10x smaller model).
 DRAFT_MODEL_COST_PER_TOKEN = 0.1
-
-
-@dataclass(frozen=True)
-class Deployment:
-    """What is being served and on what: the parts of a TunedModel the simulator needs besides the knobs."""
-
-    model: ModelProfile
-    accelerator: AcceleratorProfile
-    tensor_parallel: int = 1
-    memory_utilization: float = 0.9
-    efficiency: Efficiency | None = None
-
-    def step_model(self, config: RuntimeConfig) -> StepTimeModel:
-        return StepTimeModel(self.model, self.accelerator, self.tensor_parallel, config.quantization,
-                             config.kv_cache_dtype, self.efficiency)
 
 
 @dataclass(frozen=True)
@@ -48,7 +33,7 @@ def simulate(deployment: Deployment, config: RuntimeConfig, requests: list[Plann
     if config.replicas < 1:
         raise ValueError("cannot simulate zero replicas")
     step_model = deployment.step_model(config)
-    capacity = step_model.kv_capacity_tokens(deployment.memory_utilization)
+    capacity = deployment.kv_capacity_tokens(config)
     speculation = SpeculationModel.for_config(config, spec_acceptance_rate)
     draft_s = 0.0
     if config.speculative is not None and config.speculative.method is SpeculativeMethod.DRAFT_MODEL:

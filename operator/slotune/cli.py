@@ -25,6 +25,7 @@ COMMANDS = (
     Command("bench-tuner", "slotune.tunerbench.command", "compare tuning strategies on simulated scenarios"),
     Command("operator", "slotune.controller.command", "run the Kubernetes operator"),
     Command("crd", "slotune.crdgen", "print or write the TunedModel CRD generated from the API models"),
+    Command("api-docs", "slotune.apidocs", "print or write the TunedModel field reference in markdown"),
     Command("validate", "slotune.validate", "check a TunedModel file and print it with defaults filled in"),
 )
 

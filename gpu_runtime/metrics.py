@@ -177,14 +177,11 @@ class RuntimeMetrics:
         if output.finished:
             self._record_finished(output)
 
-    def record_abort(self, request_id: str) -> None:
-        """A request the server aborted (client gone); the engine emits nothing for it."""
-        self._last_event_s.pop(request_id, None)
-        self._success.labels(self._model_name, "abort").inc()
-
     def _record_finished(self, output: RequestOutput) -> None:
         self._last_event_s.pop(output.request_id, None)
         self._success.labels(self._model_name, output.finish_reason or "stop").inc()
+        if output.finish_reason == "abort":
+            return  # cut short by its client: its lengths and latencies describe the client, not the server
         self.request_prompt_tokens.observe(output.num_prompt_tokens)
         self.request_generation_tokens.observe(output.num_output_tokens)
         times = output.times

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -25,6 +26,9 @@ from gpu_runtime.server.async_engine import AsyncEngine
 from gpu_runtime.server.chat import ChatTemplate
 from gpu_runtime.server.openai_api import OpenAIHandlers, ServedModel, build_openai_router
 from gpu_runtime.server.protocol import APIError, ErrorBody, ErrorResponse
+
+if TYPE_CHECKING:
+    from gpu_runtime.engine import LLMEngine
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +46,13 @@ class ServerSettings:
     gpu_memory_utilization: float = 0.9
 
 
-def build_app(engine: object, settings: ServerSettings) -> FastAPI:
+def build_app(engine: LLMEngine, settings: ServerSettings) -> FastAPI:
     """An app serving `engine` (an LLMEngine); its worker thread runs for the app's lifespan."""
-    max_model_len = engine.model_config.max_model_len
+    max_model_len = engine.max_model_len
     metrics = RuntimeMetrics(settings.served_model_name, max_model_len)
     admin_state = AdminState(settings.speculative, settings.quantization, settings.admin_token)
 
-    def publish_config(llm: object) -> None:
+    def publish_config(llm: LLMEngine) -> None:
         metrics.set_config(config_info(llm, settings, admin_state))
 
     async_engine = AsyncEngine(engine, metrics, settings.max_waiting_requests, on_reconfigured=publish_config)
@@ -73,12 +77,12 @@ def build_app(engine: object, settings: ServerSettings) -> FastAPI:
     return app
 
 
-def config_info(engine: object, settings: ServerSettings, admin: AdminState) -> ConfigInfo:
+def config_info(engine: LLMEngine, settings: ServerSettings, admin: AdminState) -> ConfigInfo:
     knobs, stats = engine.knobs, engine.stats()
     speculative = "none" if admin.speculative is None else admin.speculative.model_dump_json()
     return ConfigInfo(
         block_size=engine.config.block_size, cache_dtype=settings.kv_cache_dtype, num_gpu_blocks=stats.num_total_blocks,
-        gpu_memory_utilization=settings.gpu_memory_utilization, max_model_len=engine.model_config.max_model_len,
+        gpu_memory_utilization=settings.gpu_memory_utilization, max_model_len=engine.max_model_len,
         max_num_seqs=knobs.max_num_seqs, max_num_batched_tokens=knobs.max_num_batched_tokens,
         enable_chunked_prefill=knobs.enable_chunked_prefill, enable_prefix_caching=knobs.enable_prefix_caching,
         speculative_config=speculative, quantization=admin.quantization)

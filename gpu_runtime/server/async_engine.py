@@ -186,8 +186,7 @@ class AsyncEngine:
 
     def _abort(self, request_id: str) -> None:
         if self._streams.pop(request_id, None) is not None:
-            self.engine.abort_request(request_id)
-            self.metrics.record_abort(request_id)
+            self.engine.abort_request(request_id)  # the next step reports it finished with reason "abort"
 
     def _call(self, command: _Call) -> None:
         try:

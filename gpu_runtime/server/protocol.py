@@ -59,7 +59,7 @@ class _SamplingFields(BaseModel):
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 1.0
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
     top_k: Annotated[int, Field(ge=-1)] = 0  # vLLM extension; -1 and 0 both mean off
-    seed: int | None = None
+    seed: Annotated[int, Field(ge=-(2**63), lt=2**64)] | None = None  # what torch.Generator accepts
     stop: str | list[str] | None = None
     stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = None
     ignore_eos: bool = False

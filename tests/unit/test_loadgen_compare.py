@@ -1,0 +1,71 @@
+"""A/B comparison: seeded A/A trials claim a difference at most at the stated rate; a 2x slowdown is found."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from slotune.loadgen.compare import Verdict, compare_histograms, compare_samples
+from slotune.metrics.snapshot import Histogram
+
+ALPHA = 0.05
+TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10, 20, 40, 80,
+                  160, 640, 2560, np.inf)
+
+
+def _latencies_ms(rng: np.random.Generator, size: int, median_ms: float = 80.0) -> np.ndarray:
+    return rng.lognormal(np.log(median_ms), 0.5, size)  # a typical right-skewed latency
+
+
+def _histogram(samples_ms: np.ndarray) -> Histogram:
+    edges_s = (0.0, *TTFT_BUCKETS_S)
+    counts, _ = np.histogram(samples_ms / 1000, bins=edges_s)
+    return Histogram(TTFT_BUCKETS_S, tuple(float(c) for c in counts))
+
+
+@pytest.mark.parametrize("percentile", [50, 95, 99])
+def test_aa_false_positive_rate_is_at_most_alpha_on_samples(percentile: int) -> None:
+    rng = np.random.default_rng(percentile)
+    trials = 3000  # binomial noise ~0.4%: the true rate (about 3-4.5%, Fisher is conservative) stays below 5%
+    verdicts = [compare_samples(_latencies_ms(rng, 400), _latencies_ms(rng, 400), percentile, ALPHA).verdict
+                for _ in range(trials)]
+    assert verdicts.count(Verdict.BETTER) / trials <= ALPHA
+    assert verdicts.count(Verdict.WORSE) / trials <= ALPHA
+
+
+@pytest.mark.parametrize("percentile", [50, 95, 99])
+def test_aa_false_positive_rate_is_at_most_alpha_on_histograms(percentile: int) -> None:
+    rng = np.random.default_rng(100 + percentile)
+    trials = 3000  # binomial noise ~0.4%: the true rate (about 3-4.5%, Fisher is conservative) stays below 5%
+    verdicts = [compare_histograms(_histogram(_latencies_ms(rng, 400)), _histogram(_latencies_ms(rng, 400)),
+                                   percentile, ALPHA).verdict for _ in range(trials)]
+    assert verdicts.count(Verdict.BETTER) / trials <= ALPHA
+    assert verdicts.count(Verdict.WORSE) / trials <= ALPHA
+
+
+@pytest.mark.parametrize("percentile", [50, 95, 99])
+def test_a_2x_slowdown_is_detected_in_samples_and_histograms(percentile: int) -> None:
+    rng = np.random.default_rng(7)
+    a, b = _latencies_ms(rng, 1000), 2.0 * _latencies_ms(rng, 1000)
+    slower = compare_samples(a, b, percentile, ALPHA, min_relative_change=0.1)
+    assert slower.verdict == Verdict.WORSE and slower.ratio == pytest.approx(2.0, rel=0.25)
+    assert compare_samples(b, a, percentile, ALPHA).verdict == Verdict.BETTER
+    from_buckets = compare_histograms(_histogram(a), _histogram(b), percentile, ALPHA, min_relative_change=0.1)
+    assert from_buckets.verdict == Verdict.WORSE and from_buckets.p_worse < ALPHA
+    assert compare_histograms(_histogram(b), _histogram(a), percentile, ALPHA).verdict == Verdict.BETTER
+
+
+def test_a_significant_change_smaller_than_the_tolerance_is_no_change() -> None:
+    rng = np.random.default_rng(3)
+    a, b = _latencies_ms(rng, 20000), 0.95 * _latencies_ms(rng, 20000)
+    result = compare_samples(a, b, 50, ALPHA, min_relative_change=0.10)
+    assert result.p_better < ALPHA and result.verdict == Verdict.NO_CHANGE
+    assert compare_samples(a, b, 50, ALPHA).verdict == Verdict.BETTER
+
+
+def test_empty_windows_and_mismatched_buckets() -> None:
+    assert compare_samples([], [1.0], 99).verdict == Verdict.TOO_FEW_SAMPLES
+    empty = Histogram(TTFT_BUCKETS_S, (0.0,) * len(TTFT_BUCKETS_S))
+    assert compare_histograms(empty, empty, 50).verdict == Verdict.TOO_FEW_SAMPLES
+    with pytest.raises(ValueError, match="bucket bounds"):
+        compare_histograms(empty, Histogram((1.0, np.inf), (1.0, 1.0)), 50)

@@ -130,7 +130,7 @@ def prune_defaults(schema: dict[str, Any]) -> None:
     """Make every `default` validate against its own schema: drop nulls and fields the schema omits."""
     if "default" in schema:
         schema["default"] = _pruned(schema["default"], schema)
-        if schema["default"] is None or (schema["default"] in ({}, []) and "properties" not in schema):
+        if schema["default"] is None:
             del schema["default"]
     for child in schema.get("properties", {}).values():
         prune_defaults(child)

@@ -92,10 +92,10 @@ class HardwareSpec(ApiModel):
         default=None, description="Link between a replica's accelerators; absent: nvlink on SXM parts, else pcie."
     )
     node_selector: dict[str, str] = Field(
-        default_factory=dict, description="Node labels the runtime pods must match (Kubernetes only)."
+        default={}, description="Node labels the runtime pods must match (Kubernetes only)."
     )
     tolerations: list[Toleration] = Field(
-        default_factory=list, max_length=32, description="Taints the runtime pods tolerate (Kubernetes only)."
+        default=[], max_length=32, description="Taints the runtime pods tolerate (Kubernetes only)."
     )
 
     RULES = (
@@ -115,8 +115,8 @@ class HardwareSpec(ApiModel):
 class Resources(ApiModel):
     """Compute resources of one runtime container (core/v1 ResourceRequirements); GPUs come from hardware."""
 
-    requests: dict[str, int | str] = Field(default_factory=dict, description="Minimum resources, e.g. cpu: 4.")
-    limits: dict[str, int | str] = Field(default_factory=dict, description="Maximum resources, e.g. memory: 64Gi.")
+    requests: dict[str, int | str] = Field(default={}, description="Minimum resources, e.g. cpu: 4.")
+    limits: dict[str, int | str] = Field(default={}, description="Maximum resources, e.g. memory: 64Gi.")
 
 
 class RuntimeSpec(ApiModel):
@@ -126,7 +126,7 @@ class RuntimeSpec(ApiModel):
     image: str | None = Field(default=None, max_length=512, description="Container image; absent: the engine's.")
     resources: Resources | None = Field(default=None, description="CPU and memory of each runtime container.")
     extra_args: list[str] = Field(
-        default_factory=list, max_length=64, description="Extra engine flags, passed through unchanged."
+        default=[], max_length=64, description="Extra engine flags, passed through unchanged."
     )
     config: RuntimeConfig = Field(
         default=RuntimeConfig(), json_schema_extra={"x-slotune-omit": ["replicas"]},

@@ -120,7 +120,7 @@ class DiagnosisReport(ApiModel):
 
     bottleneck: str = Field(max_length=64, description="e.g. capacity, prefill, memory-bandwidth, prefill-"
                             "interference, none.")
-    evidence: list[str] = Field(default_factory=list, max_length=20, description="Human-readable lines with the "
+    evidence: list[str] = Field(default=[], max_length=20, description="Human-readable lines with the "
                                 "numbers behind the diagnosis.")
     suggestion: str = Field(default="", max_length=4096, description="What would help next, including what the "
                             "user could change (hardware, model) when tuning cannot.")
@@ -151,7 +151,7 @@ class TunedModelStatus(ApiModel):
     iteration: int = Field(default=0, ge=0, description="Tuning iterations done so far.")
     observed_generation: int | None = Field(default=None, ge=0, description="spec generation last acted on.")
     conditions: list[Condition] = Field(
-        default_factory=list, max_length=16,
+        default=[], max_length=16,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
         description="Ready, SLOMet, Tuning, MetricsAvailable and Degraded.",
     )
@@ -162,7 +162,7 @@ class TunedModelStatus(ApiModel):
         default=None, description="The closest config to the SLO found so far; the one kept when Infeasible."
     )
     history: list[HistoryEntry] = Field(
-        default_factory=list, max_length=MAX_HISTORY, description=f"The last {MAX_HISTORY} iterations, oldest first."
+        default=[], max_length=MAX_HISTORY, description=f"The last {MAX_HISTORY} iterations, oldest first."
     )
     kopf: dict[str, Any] | None = Field(
         default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},

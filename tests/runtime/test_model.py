@@ -13,6 +13,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from gpu_runtime.engine import EngineConfig, LLMEngine, SamplingParams
 from gpu_runtime.model_runner import ModelRunner, SequenceInput
 
 ATOL = 1e-4
@@ -72,3 +73,15 @@ def test_chunked_prefill_and_decode_logits_match_transformers(fixture: str, requ
     for pos in range(41, 45):
         out = runner.execute([SequenceInput([a[pos]], pos, blocks_a, 1)])
         assert (out[0] - ref_a[pos]).abs().max().item() <= ATOL
+
+
+@pytest.mark.parametrize("fixture", ["tiny_llama_sharded", "tiny_qwen2"])
+def test_greedy_generation_matches_transformers_generate(fixture: str, request: pytest.FixtureRequest) -> None:
+    path = request.getfixturevalue(fixture)
+    engine = LLMEngine(EngineConfig(model=str(path), kv_cache_memory_bytes=4 << 20))
+    prompt = engine.tokenizer.encode("Once upon a time there was a small model")
+    ours = engine.generate([prompt], SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True))[0]
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False, eos_token_id=None)
+    assert ours == out[0, len(prompt) :].tolist()

@@ -8,6 +8,7 @@ Every field carries a description (it becomes `kubectl explain` text), bounds an
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Any
 
@@ -48,7 +49,9 @@ SOURCE_PATTERN = (
     r"^(hf://[A-Za-z0-9._-]+/[A-Za-z0-9._-]+|pvc://[a-z0-9]([a-z0-9.-]*[a-z0-9])?/.+|builtin://[a-z0-9-]+"
     r"|file:///.+|/.+|\./.+)$"
 )
-_SOURCE_HELP = "hf://org/name, pvc://claim/path, builtin://tiny (a checkpoint the runtime builds), or a local path"
+_SOURCE_HELP = (
+    "hf://org/name, pvc://claim/path, builtin://tiny (a checkpoint the runtime builds), file:///path, /path or ./path"
+)
 _SXM_PARTS = frozenset({Accelerator.NVIDIA_H200, Accelerator.NVIDIA_H100_80GB, Accelerator.NVIDIA_A100_80GB,
                         Accelerator.NVIDIA_A100_40GB})
 
@@ -57,15 +60,25 @@ class ModelSpec(ApiModel):
     """The model to serve and where its weights come from."""
 
     name: str = Field(min_length=1, max_length=253, description="Name clients use in the OpenAI API `model` field.")
-    source: str = Field(max_length=1024, pattern=SOURCE_PATTERN, description=f"Where the weights are: {_SOURCE_HELP}.")
+    source: str = Field(min_length=1, max_length=1024, description=f"Where the weights are: {_SOURCE_HELP}.")
     revision: str | None = Field(default=None, max_length=128, description="Branch, tag or commit (hf:// only).")
     dtype: ModelDtype = Field(default=ModelDtype.AUTO, description="Weight dtype; auto takes the checkpoint's.")
     max_model_len: int | None = Field(
         default=None, ge=16, le=1048576, description="Longest prompt + output in tokens; absent: the checkpoint's."
     )
     draft_model: str | None = Field(
-        default=None, max_length=1024, pattern=SOURCE_PATTERN,
+        default=None, min_length=1, max_length=1024,
         description=f"Smaller model of the same tokenizer for draft_model speculation: {_SOURCE_HELP}.",
+    )
+
+
+    # A rule rather than a schema pattern, so both enforcers say what a source looks like instead of a regex.
+    RULES = (
+        Rule(f"self.source.matches(r'{SOURCE_PATTERN}')", f"source must be {_SOURCE_HELP}", ".source",
+             lambda m: re.fullmatch(SOURCE_PATTERN, m.source) is not None),
+        Rule(f"!has(self.draftModel) || self.draftModel.matches(r'{SOURCE_PATTERN}')",
+             f"draftModel must be {_SOURCE_HELP}", ".draftModel",
+             lambda m: m.draft_model is None or re.fullmatch(SOURCE_PATTERN, m.draft_model) is not None),
     )
 
 

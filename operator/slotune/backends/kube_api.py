@@ -1,0 +1,138 @@
+"""Raw JSON access to the Kubernetes API server: the one client the operator's own code uses (kopf has its own).
+
+Credentials come from a kubeconfig (KUBECONFIG, ~/.kube/config) or the pod's service account, through the
+`kubernetes` package's loaders; requests go over httpx so manifests stay plain dicts end to end. Server-side apply
+(`application/apply-patch+yaml`, field manager `slotune`) for objects slotune owns outright, create-once for the
+admin Secret (409 = it exists), JSON merge patches for status and scaling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from kubernetes import client, config
+
+FIELD_MANAGER = "slotune"
+
+# kind -> (API path prefix, plural): the kinds slotune reads or writes.
+_KINDS = {
+    "Deployment": ("/apis/apps/v1", "deployments"),
+    "Service": ("/api/v1", "services"),
+    "Secret": ("/api/v1", "secrets"),
+    "Pod": ("/api/v1", "pods"),
+    "Event": ("/api/v1", "events"),
+    "ServiceMonitor": ("/apis/monitoring.coreos.com/v1", "servicemonitors"),
+    "TunedModel": ("/apis/slotune.io/v1alpha1", "tunedmodels"),
+}
+
+
+class KubeError(RuntimeError):
+    def __init__(self, status_code: int, message: str) -> None:
+        super().__init__(f"{status_code}: {message}")
+        self.status_code = status_code
+
+
+def object_path(kind: str, namespace: str, name: str | None = None) -> str:
+    prefix, plural = _KINDS[kind]
+    path = f"{prefix}/namespaces/{namespace}/{plural}"
+    return f"{path}/{name}" if name else path
+
+
+def manifest_path(manifest: dict[str, Any]) -> str:
+    meta = manifest["metadata"]
+    return object_path(manifest["kind"], meta["namespace"], meta["name"])
+
+
+@dataclass(frozen=True)
+class Credentials:
+    host: str
+    verify: str | bool
+    cert: tuple[str, str] | None
+    configuration: client.Configuration
+
+    def authorization(self) -> str | None:
+        # Read per request: the in-cluster loader refreshes the projected service-account token.
+        return self.configuration.get_api_key_with_prefix("BearerToken")
+
+
+def load_credentials(kubeconfig: str | None = None) -> Credentials:
+    configuration = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)
+    except config.ConfigException:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    verify: str | bool = configuration.ssl_ca_cert or configuration.verify_ssl
+    cert = (configuration.cert_file, configuration.key_file) if configuration.cert_file else None
+    return Credentials(configuration.host.rstrip("/"), verify, cert, configuration)
+
+
+class KubeAPI:
+    def __init__(self, credentials: Credentials, timeout_s: float = 30.0) -> None:
+        self.credentials = credentials
+        self._http = httpx.Client(base_url=credentials.host, verify=credentials.verify, cert=credentials.cert,
+                                  timeout=timeout_s)
+
+    @classmethod
+    def from_environment(cls, kubeconfig: str | None = None) -> KubeAPI:
+        return cls(load_credentials(kubeconfig))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def request(self, method: str, path: str, *, body: Any = None, params: dict[str, str] | None = None,
+                content_type: str = "application/json", headers: dict[str, str] | None = None) -> httpx.Response:
+        sent = {"Content-Type": content_type, "Accept": "application/json"} | (headers or {})
+        if (authorization := self.credentials.authorization()) is not None:
+            sent["Authorization"] = authorization
+        return self._http.request(method, path, json=body, params=params, headers=sent)
+
+    def _checked(self, response: httpx.Response) -> dict[str, Any]:
+        if response.status_code >= 400:
+            message = response.json().get("message", response.text) if _is_json(response) else response.text
+            raise KubeError(response.status_code, message)
+        return response.json() if response.content else {}
+
+    def get(self, path: str) -> dict[str, Any] | None:
+        response = self.request("GET", path)
+        return None if response.status_code == 404 else self._checked(response)
+
+    def list(self, kind: str, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        response = self.request("GET", object_path(kind, namespace), params={"labelSelector": label_selector})
+        return self._checked(response).get("items", [])
+
+    def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply: slotune owns every field it sends and takes them back from anyone who changed them."""
+        response = self.request("PATCH", manifest_path(manifest), body=manifest,
+                                content_type="application/apply-patch+yaml",
+                                params={"fieldManager": FIELD_MANAGER, "force": "true"})
+        return self._checked(response)
+
+    def create(self, manifest: dict[str, Any]) -> bool:
+        """Create once; False when it already exists (409), which is not an error."""
+        meta = manifest["metadata"]
+        path = object_path(manifest["kind"], meta["namespace"])
+        response = self.request("POST", path, body=manifest, params={"fieldManager": FIELD_MANAGER})
+        if response.status_code == 409:
+            return False
+        self._checked(response)
+        return True
+
+    def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = self.request("PATCH", path, body=body, content_type="application/merge-patch+json")
+        return self._checked(response)
+
+    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._checked(self.request("POST", path, body=body))
+
+    def has_resource(self, group_version: str, plural: str) -> bool:
+        """Whether the API server serves `plural` in `group_version` (e.g. a CRD is installed)."""
+        response = self.request("GET", f"/apis/{group_version}")
+        if response.status_code == 404:
+            return False
+        return any(r.get("name") == plural for r in self._checked(response).get("resources", []))
+
+
+def _is_json(response: httpx.Response) -> bool:
+    return response.headers.get("content-type", "").startswith("application/json")

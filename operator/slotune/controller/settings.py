@@ -1,0 +1,113 @@
+"""The operator's settings: one frozen object built from the environment and the `slotune operator` flags.
+
+The environment variables are the operator <-> chart contract (charts/slotune/templates/deployment.yaml sets them);
+a flag of the same name wins over its variable. Two settings exist for running the operator outside the cluster
+network (tests, a laptop): `admin_transport` and `pod_endpoints_file`, both described below.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+
+class AdminTransport(StrEnum):
+    """How the operator reaches a runtime pod's POST /admin/config."""
+
+    DIRECT = "direct"  # http://POD_IP:8000, the normal in-cluster path
+    PROXY = "proxy"  # the API server's pod proxy, for operators outside the pod network
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    prometheus_url: str = ""
+    """Prometheus base URL; empty: tuning pauses and MetricsAvailable=False with reason NoPrometheus."""
+    runtime_image: str = "ghcr.io/slotune/runtime:0.1.0"
+    """Image of the builtin runtime on GPUs (CUDA)."""
+    runtime_image_cpu: str = "ghcr.io/slotune/runtime:0.1.0-cpu"
+    """Image of the builtin runtime when spec.hardware.accelerator is cpu."""
+    vllm_image: str = "vllm/vllm-openai:v0.11.0"
+    """Image for spec.runtime.engine vllm."""
+    watch_namespaces: tuple[str, ...] = ()
+    """Namespaces served; empty: all namespaces."""
+    peering: str = "slotune"
+    """kopf peering name; operator replicas sharing it elect one active replica."""
+    log_level: str = "INFO"
+    """DEBUG, INFO, WARNING or ERROR."""
+    liveness_endpoint: str = "http://0.0.0.0:8080/healthz"
+    """kopf's liveness probe endpoint; empty: none (tests that run several operators on one host)."""
+    admin_transport: AdminTransport = AdminTransport.DIRECT
+    """How /admin/config is reached: direct (pod IP) or proxy (API server pod proxy)."""
+    pod_endpoints_file: Path | None = None
+    """JSON {"NAMESPACE/POD": "http://host:port"} read on every use; a pod listed there is reached at that URL.
+    This exists for the end-to-end test harness, which stands in for the kubelet of kwok's fake nodes by running
+    each pod's runtime as a local process; a real cluster never sets it."""
+    tick_s: float = 2.0
+    """How often the per-TunedModel tuning daemon wakes up to advance the loop."""
+    rollout_timeout_s: float = 600.0
+    """Longest wait for a Deployment rollout (image pull and model load) before a change counts as failed."""
+
+    def pod_endpoints(self) -> Mapping[str, str]:
+        if self.pod_endpoints_file is None or not self.pod_endpoints_file.exists():
+            return {}
+        return json.loads(self.pod_endpoints_file.read_text() or "{}")
+
+
+_ENV = {
+    "prometheus_url": "SLOTUNE_PROMETHEUS_URL",
+    "runtime_image": "SLOTUNE_RUNTIME_IMAGE",
+    "runtime_image_cpu": "SLOTUNE_RUNTIME_IMAGE_CPU",
+    "vllm_image": "SLOTUNE_VLLM_IMAGE",
+    "watch_namespaces": "SLOTUNE_WATCH_NAMESPACES",
+    "peering": "SLOTUNE_PEERING",
+    "log_level": "SLOTUNE_LOG_LEVEL",
+    "liveness_endpoint": "SLOTUNE_LIVENESS_ENDPOINT",
+    "admin_transport": "SLOTUNE_ADMIN_TRANSPORT",
+    "pod_endpoints_file": "SLOTUNE_POD_ENDPOINTS_FILE",
+    "tick_s": "SLOTUNE_TICK_S",
+    "rollout_timeout_s": "SLOTUNE_ROLLOUT_TIMEOUT_S",
+}
+
+
+def env_names() -> Mapping[str, str]:
+    """Setting name -> environment variable, for the CLI's help text."""
+    return dict(_ENV)
+
+
+def _convert(name: str, text: str) -> object:
+    if name == "watch_namespaces":
+        return tuple(n.strip() for n in text.split(",") if n.strip())
+    if name == "admin_transport":
+        return AdminTransport(text)
+    if name == "pod_endpoints_file":
+        return Path(text) if text else None
+    if name in {"tick_s", "rollout_timeout_s"}:
+        return float(text)
+    return text
+
+
+def load_settings(overrides: Mapping[str, str | None] | None = None, environ: Mapping[str, str] | None = None
+                  ) -> OperatorSettings:
+    """Settings from `environ` (default os.environ), then `overrides` (flag values; None = not given)."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, object] = {}
+    for name, variable in _ENV.items():
+        text = (overrides or {}).get(name)
+        if text is None:
+            text = environ.get(variable)
+        if text is not None:
+            values[name] = _convert(name, text)
+    return _validated(OperatorSettings(**values))
+
+
+def _validated(settings: OperatorSettings) -> OperatorSettings:
+    if settings.log_level.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+        raise ValueError(f"SLOTUNE_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR, not {settings.log_level!r}")
+    if settings.tick_s <= 0 or settings.rollout_timeout_s <= 0:
+        raise ValueError("SLOTUNE_TICK_S and SLOTUNE_ROLLOUT_TIMEOUT_S must be positive")
+    return settings
+

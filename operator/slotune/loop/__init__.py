@@ -1,0 +1,30 @@
+"""The tuning state machine both the operator and local mode drive: state, the protocols backends implement, tuner."""
+
+from slotune.loop.protocols import (
+    ApplyResult,
+    Backend,
+    FileStateStore,
+    MeasurementSource,
+    MemoryStateStore,
+    MetricsUnavailable,
+    StateStore,
+)
+from slotune.loop.state import HistoryRecord, InfeasibleReport, PendingChange, TuningState
+from slotune.loop.tuner import Tuner, TuningProblem, badness
+
+__all__ = [
+    "ApplyResult",
+    "Backend",
+    "FileStateStore",
+    "HistoryRecord",
+    "InfeasibleReport",
+    "MeasurementSource",
+    "MemoryStateStore",
+    "MetricsUnavailable",
+    "PendingChange",
+    "StateStore",
+    "Tuner",
+    "TuningProblem",
+    "TuningState",
+    "badness",
+]

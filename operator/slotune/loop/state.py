@@ -1,0 +1,120 @@
+"""The tuning state machine's memory: one frozen, JSON-serialisable `TuningState` per tuned deployment.
+
+Everything the loop needs to resume after a restart lives here: the phase, the config running and the best one, the
+window every change is compared against (with its samples, for confidence intervals), the change awaiting
+verification, configs never to try again, the convergence counter and the cooldown deadline. The operator keeps it
+next to the resource's status, local mode in a file; `to_status` renders the user-facing `TunedModelStatus`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from pydantic import BaseModel, ConfigDict
+
+from slotune.api.status import (
+    MAX_HISTORY,
+    DiagnosisReport,
+    HistoryEntry,
+    Observed,
+    Phase,
+    TunedModelStatus,
+    Verdict,
+)
+from slotune.api.tuning import Knob
+from slotune.knobs import RuntimeConfig
+from slotune.metrics.snapshot import LatencyMetric, MetricsSnapshot
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
+
+
+class PendingChange(_Frozen):
+    """A change decided on. `applied` is False between deciding and the backend confirming it (crash-safe intent)."""
+
+    config: RuntimeConfig
+    previous: RuntimeConfig
+    knob: Knob
+    change: str
+    reason: str
+    target_metric: LatencyMetric
+    target_percentile: int
+    applied: bool = False
+
+
+class HistoryRecord(_Frozen):
+    iteration: int
+    time: datetime
+    knob: Knob | None
+    change: str
+    reason: str
+    before: Observed | None = None
+    after: Observed | None = None
+    config: RuntimeConfig
+    verdict: Verdict
+    detail: str = ""
+
+
+class InfeasibleReport(_Frozen):
+    closest: RuntimeConfig
+    reason: str
+    needs: tuple[str, ...]
+
+
+class TuningState(_Frozen):
+    phase: Phase = Phase.PENDING
+    iteration: int = 0  # windows judged
+    changes_applied: int = 0
+    current: RuntimeConfig
+    best: RuntimeConfig | None = None
+    best_badness: float | None = None  # worst observed/target ratio of the best config's window (<= 1: met)
+    baseline: MetricsSnapshot | None = None  # the window the pending change is compared against
+    pending: PendingChange | None = None
+    history: tuple[HistoryRecord, ...] = ()
+    failed_keys: frozenset[str] = frozenset()  # crashed or never ready: never again
+    tried_keys: frozenset[str] = frozenset()  # applied before (kept or rolled back): not revisited
+    rolled_back_moves: frozenset[str] = frozenset()  # knob settings that did not help (policy.move_key)
+    windows_met: int = 0
+    windows_missed: int = 0  # consecutive violations after convergence (hysteresis before retuning)
+    cooldown_until_s: float = 0.0
+    metrics_available: bool = True
+    slo_met: bool | None = None
+    message: str = ""
+    observed: Observed | None = None
+    diagnosis: DiagnosisReport | None = None
+    infeasible: InfeasibleReport | None = None
+
+    @classmethod
+    def initial(cls, config: RuntimeConfig) -> TuningState:
+        return cls(phase=Phase.DEPLOYING, current=config, tried_keys=frozenset({config.key()}))
+
+    def evolve(self, **changes: object) -> TuningState:
+        return self.model_copy(update=changes)
+
+    def record(self, entry: HistoryRecord) -> TuningState:
+        return self.evolve(history=(*self.history, entry)[-MAX_HISTORY:])
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, text: str) -> TuningState:
+        return cls.model_validate_json(text)
+
+    def to_status(self) -> TunedModelStatus:
+        """The user-facing status (without samples or bookkeeping)."""
+        history = [HistoryEntry(iteration=h.iteration, time=h.time, knob=h.knob, change=h.change,
+                                reason=(h.reason + (f" | {h.detail}" if h.detail else ""))[:4096], before=h.before,
+                                after=h.after, config=h.config, verdict=h.verdict) for h in self.history]
+        return TunedModelStatus(phase=self.phase, slo_met=self.slo_met, message=self.message[:4096],
+                                iteration=self.iteration, observed=self.observed, diagnosis=self.diagnosis,
+                                config=self.current, best_config=self.best, history=history)
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+def observed(snapshot: MetricsSnapshot) -> Observed:
+    return Observed.of(snapshot)

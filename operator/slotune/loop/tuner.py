@@ -1,0 +1,214 @@
+"""The tuning loop, written once: measure -> diagnose -> decide -> apply or verify -> keep or roll back -> persist.
+
+One `Tuner.step()` judges one measurement window. State is loaded from and saved to the `StateStore` around every
+side effect, and a decided change is saved as an intent before the backend applies it, so a process killed at any
+point resumes where it stopped: an unapplied intent is applied again, an applied change is verified by the next
+window. Faults: no metrics -> keep the config and say so; a config that crashes or never serves -> roll back to the
+previous one and never try it again. After convergence a single bad window does not restart tuning (hysteresis).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from slotune.api.spec import TunedModelSpec
+from slotune.api.status import DiagnosisReport, Observed, Phase, Verdict
+from slotune.api.tuning import TuningSpec
+from slotune.diagnosis import diagnose
+from slotune.knobs import RuntimeConfig
+from slotune.loadgen.workload import WorkloadSpec
+from slotune.loop.protocols import Backend, MeasurementSource, MetricsUnavailable, StateStore
+from slotune.loop.state import HistoryRecord, InfeasibleReport, PendingChange, TuningState, now_utc
+from slotune.metrics.snapshot import MetricsSnapshot
+from slotune.perfmodel.accelerators import accelerator
+from slotune.perfmodel.deployment import Deployment
+from slotune.perfmodel.model_profile import ModelProfile
+from slotune.policy import Infeasible, PolicyInput, move_key, propose
+from slotune.slo import SLOSpec
+from slotune.verification import verify
+
+RETUNE_AFTER_MISSED_WINDOWS = 2
+
+
+@dataclass(frozen=True)
+class TuningProblem:
+    """What to tune and against what: the parts of a TunedModel spec the loop reads."""
+
+    slo: SLOSpec
+    tuning: TuningSpec
+    deployment: Deployment
+    initial: RuntimeConfig
+    workload: WorkloadSpec | None = None
+
+    @classmethod
+    def from_spec(cls, spec: TunedModelSpec, model: ModelProfile) -> TuningProblem:
+        deployment = Deployment(model, accelerator(spec.hardware.accelerator.value), spec.hardware.count,
+                                max_model_len=spec.model.max_model_len or 8192)
+        initial = spec.runtime.config.with_changes(replicas=spec.replicas)
+        return cls(spec.slo, spec.tuning, deployment, initial, spec.workload)
+
+
+def badness(slo: SLOSpec, snapshot: MetricsSnapshot) -> float:
+    """The worst observed/target ratio of the window (<= 1 when every latency target holds)."""
+    ratios = [r.ratio for r in slo.evaluate(snapshot)]
+    if slo.min_throughput is not None:
+        ratios.append(slo.min_throughput / max(snapshot.generation_tokens_per_s, 1e-9))
+    return max(ratios, default=0.0)
+
+
+class Tuner:
+    def __init__(self, problem: TuningProblem, backend: Backend, source: MeasurementSource, store: StateStore,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.problem, self.backend, self.source, self.store, self.clock = problem, backend, source, store, clock
+
+    # -- public ---------------------------------------------------------------------------------------------------
+
+    def step(self) -> TuningState:
+        """Judge one window (or finish an interrupted apply). Returns the saved state."""
+        state = self.store.load() or self._start()
+        if state.phase in (Phase.INFEASIBLE, Phase.DEGRADED) and state.pending is None:
+            return state
+        if state.pending is not None and not state.pending.applied:
+            return self._save(self._apply_pending(state))
+        if self.clock() < state.cooldown_until_s:
+            return state
+        try:
+            snapshot = self.source.measure(self.problem.tuning.window_s)
+        except MetricsUnavailable as error:
+            return self._save(state.evolve(metrics_available=False,
+                                           message=f"metrics unavailable, keeping the current config: {error}"))
+        if snapshot.num_requests < self.problem.tuning.min_samples:
+            return self._save(state.evolve(metrics_available=True, message=(
+                f"window has {snapshot.num_requests} requests, fewer than minSamples "
+                f"{self.problem.tuning.min_samples}: not judged")))
+        state = state.evolve(iteration=state.iteration + 1, metrics_available=True, observed=Observed.of(snapshot),
+                             slo_met=self.problem.slo.is_met(snapshot))
+        if state.pending is not None:
+            state, kept = self._verify(state, snapshot)
+            if not kept:
+                return self._save(state)
+        return self._save(self._judge(state, snapshot))
+
+    def run(self, max_windows: int) -> TuningState:
+        """Step until Converged, Infeasible or Degraded, or `max_windows` windows."""
+        state = self.store.load() or self._start()
+        for _ in range(max_windows):
+            state = self.step()
+            if state.phase in (Phase.CONVERGED, Phase.INFEASIBLE, Phase.DEGRADED) and state.pending is None:
+                break
+        return state
+
+    # -- phases ---------------------------------------------------------------------------------------------------
+
+    def _start(self) -> TuningState:
+        state = TuningState.initial(self.problem.initial)
+        result = self.backend.apply(state.current)
+        if not result.ok:
+            return self._save(state.evolve(phase=Phase.DEGRADED, message=f"initial config failed: {result.reason}",
+                                           failed_keys=frozenset({state.current.key()})))
+        return self._save(state.evolve(phase=Phase.MEASURING, message="measuring the baseline"))
+
+    def _judge(self, state: TuningState, snapshot: MetricsSnapshot) -> TuningState:
+        state = self._track_best(state, snapshot)
+        if state.slo_met:
+            met = state.windows_met + 1
+            converged = met >= self.problem.tuning.convergence_windows
+            phase = Phase.CONVERGED if converged else Phase.MEASURING
+            message = "every SLO target holds" + ("" if converged else f" ({met} window(s), confirming)")
+            return state.evolve(windows_met=met, windows_missed=0, phase=phase, message=message,
+                                diagnosis=self._diagnose(state.current, snapshot).report())
+        if state.phase is Phase.CONVERGED and state.windows_missed + 1 < RETUNE_AFTER_MISSED_WINDOWS:
+            return state.evolve(windows_missed=state.windows_missed + 1,
+                                message="SLO missed once after convergence; retuning only if it misses again")
+        return self._decide(state.evolve(windows_met=0, windows_missed=0), snapshot)
+
+    def _decide(self, state: TuningState, snapshot: MetricsSnapshot) -> TuningState:
+        diagnosis = self._diagnose(state.current, snapshot)
+        if state.changes_applied >= self.problem.tuning.max_iterations:
+            return self._give_up(state, InfeasibleReport(
+                closest=state.best or state.current, reason=f"maxIterations ({state.changes_applied}) reached",
+                needs=("a larger maxIterations, or the changes listed in the history",)), diagnosis.report())
+        given = PolicyInput(state.current, snapshot, self.problem.slo, self.problem.tuning, self.problem.deployment,
+                            state.failed_keys | state.tried_keys, state.rolled_back_moves, state.best,
+                            self.problem.workload)
+        decision = propose(diagnosis, given)
+        if isinstance(decision, Infeasible):
+            report = InfeasibleReport(closest=decision.closest, reason=decision.reason, needs=decision.needs)
+            return self._give_up(state, report, diagnosis.report("; ".join(decision.needs)))
+        pending = PendingChange(config=decision.config, previous=state.current, knob=decision.knob,
+                                change=decision.change, reason=decision.reason, target_metric=decision.target_metric,
+                                target_percentile=decision.target_percentile)
+        intent = state.evolve(phase=Phase.TUNING, pending=pending, baseline=snapshot,
+                              diagnosis=diagnosis.report(decision.change), message=f"trying {decision.change}")
+        return self._apply_pending(self._save(intent))
+
+    def _apply_pending(self, state: TuningState) -> TuningState:
+        pending = state.pending
+        assert pending is not None
+        result = self.backend.apply(pending.config)
+        applied = state.changes_applied + 1
+        if result.ok:
+            return state.evolve(pending=pending.model_copy(update={"applied": True}), changes_applied=applied,
+                                tried_keys=state.tried_keys | {pending.config.key()}, phase=Phase.VERIFYING,
+                                cooldown_until_s=self.clock() + self.problem.tuning.cooldown_s,
+                                message=f"verifying {pending.change}")
+        state = state.record(self._entry(state, pending, Verdict.FAILED, result.reason)).evolve(
+            pending=None, changes_applied=applied, failed_keys=state.failed_keys | {pending.config.key()},
+            phase=Phase.TUNING, message=f"{pending.change} failed ({result.reason}); rolled back")
+        return self._restore(state, pending.previous)
+
+    def _verify(self, state: TuningState, snapshot: MetricsSnapshot) -> tuple[TuningState, bool]:
+        pending, baseline = state.pending, state.baseline
+        assert pending is not None and baseline is not None
+        verdict = verify(baseline, snapshot, pending.target_metric, pending.target_percentile, self.problem.slo)
+        if verdict.keep:
+            entry = self._entry(state, pending, Verdict.KEPT, verdict.reason, snapshot)
+            return state.record(entry).evolve(current=pending.config, pending=None, baseline=None), True
+        entry = self._entry(state, pending, Verdict.ROLLED_BACK, verdict.reason, snapshot)
+        moves = state.rolled_back_moves | {move_key(pending.previous, pending.config)}
+        state = self._restore(state.record(entry).evolve(pending=None, phase=Phase.TUNING, rolled_back_moves=moves,
+                                                         message=f"rolled back {pending.change}: {verdict.reason}"),
+                              pending.previous)
+        if state.phase is Phase.DEGRADED:
+            return state, False
+        # The baseline window still describes the restored config: decide the next change from it right away.
+        return self._decide(state.evolve(baseline=None), baseline), False
+
+    def _restore(self, state: TuningState, config: RuntimeConfig) -> TuningState:
+        result = self.backend.apply(config)
+        if result.ok:
+            return state.evolve(current=config)
+        return state.evolve(phase=Phase.DEGRADED, message=f"rollback to {config.describe()} failed: {result.reason}")
+
+    def _give_up(self, state: TuningState, report: InfeasibleReport, diagnosis_report: DiagnosisReport) -> TuningState:
+        state = state.evolve(phase=Phase.INFEASIBLE, infeasible=report, diagnosis=diagnosis_report,
+                             message=f"infeasible: {report.reason}; needs: {'; '.join(report.needs)}")
+        if report.closest != state.current:
+            state = self._restore(state, report.closest)
+        return state
+
+    # -- helpers --------------------------------------------------------------------------------------------------
+
+    def _diagnose(self, config: RuntimeConfig, snapshot: MetricsSnapshot):
+        return diagnose(snapshot, config, self.problem.slo, self.problem.deployment, self.problem.workload)
+
+    def _track_best(self, state: TuningState, snapshot: MetricsSnapshot) -> TuningState:
+        score = badness(self.problem.slo, snapshot)
+        if state.best is None or state.best == state.current or score < (state.best_badness or float("inf")):
+            return state.evolve(best=state.current, best_badness=score)
+        return state
+
+    def _entry(self, state: TuningState, pending: PendingChange, verdict: Verdict, detail: str,
+               after: MetricsSnapshot | None = None) -> HistoryRecord:
+        before = Observed.of(state.baseline) if state.baseline is not None else None
+        return HistoryRecord(iteration=state.iteration, time=now_utc(), knob=pending.knob, change=pending.change,
+                             reason=pending.reason, before=before, after=Observed.of(after) if after else None,
+                             config=pending.config, verdict=verdict, detail=detail)
+
+    def _save(self, state: TuningState) -> TuningState:
+        self.store.save(state)
+        return state
+
+

@@ -1,0 +1,85 @@
+"""How much load one replica carries under a config: utilisation and the replicas a load needs.
+
+A request occupies one batch slot for its whole decode, so at an effective batch B a replica decodes at B / step(B)
+tokens per second; prefill time adds on top. Utilisation is then rho = rate_per_replica * (prefill_s + output_tokens *
+step(B) / B), the busy fraction of an M/G/1-like server; queueing delay grows as 1 / (1 - rho), so a replica is sized
+for rho <= TARGET_UTILIZATION. The effective batch is bounded by max_num_seqs, by the KV cache, and (when a TPOT
+target is given) by the largest batch whose step still meets it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from slotune.knobs import RuntimeConfig
+from slotune.perfmodel.deployment import Deployment
+from slotune.perfmodel.roofline import StepShape
+
+TARGET_UTILIZATION = 0.7
+
+
+@dataclass(frozen=True)
+class Load:
+    """The offered load, from a window or a workload spec."""
+
+    request_rate_per_s: float
+    mean_prompt_tokens: float
+    mean_output_tokens: float
+    cached_prompt_share: float = 0.0  # fraction of prompt tokens a prefix cache can skip
+
+
+def effective_batch(deployment: Deployment, config: RuntimeConfig, load: Load, tpot_target_ms: float | None) -> int:
+    step = deployment.step_model(config)
+    context = load.mean_prompt_tokens + load.mean_output_tokens / 2
+    batch = max(1, min(config.max_num_seqs, int(deployment.kv_capacity_tokens(config) / max(context, 1.0))))
+    if tpot_target_ms is not None:
+        while batch > 1 and step.decode_step_s(batch, context) * 1000.0 > 0.8 * tpot_target_ms:
+            batch = batch * 3 // 4
+    return batch
+
+
+def service_s(deployment: Deployment, config: RuntimeConfig, load: Load, tpot_target_ms: float | None) -> float:
+    """Busy seconds one request costs a replica."""
+    step = deployment.step_model(config)
+    batch = effective_batch(deployment, config, load, tpot_target_ms)
+    context = load.mean_prompt_tokens + load.mean_output_tokens / 2
+    prompt = max(1, round(load.mean_prompt_tokens))
+    cached = round(prompt * load.cached_prompt_share) if config.enable_prefix_caching else 0
+    prefill = step.prefill_s(prompt, min(cached, prompt - 1), config.max_num_batched_tokens)
+    return prefill + load.mean_output_tokens * step.decode_step_s(batch, context) / batch
+
+
+def utilization(deployment: Deployment, config: RuntimeConfig, load: Load, tpot_target_ms: float | None) -> float:
+    return load.request_rate_per_s / config.replicas * service_s(deployment, config, load, tpot_target_ms)
+
+
+def replicas_needed(deployment: Deployment, config: RuntimeConfig, load: Load, tpot_target_ms: float | None) -> int:
+    per_request = service_s(deployment, config, load, tpot_target_ms)
+    return max(1, math.ceil(load.request_rate_per_s * per_request / TARGET_UTILIZATION))
+
+
+def batch_limit(deployment: Deployment, config: RuntimeConfig, load: Load, tpot_target_ms: float | None) -> int:
+    """The largest batch the KV cache holds whose decode step still leaves headroom under the TPOT target."""
+    return effective_batch(deployment, config.with_changes(max_num_seqs=4096), load, tpot_target_ms)
+
+
+def budget_limit(deployment: Deployment, config: RuntimeConfig, tpot_target_ms: float | None, batch: int,
+                 context_tokens: float, floor: int = 256) -> int:
+    """The largest power-of-two token budget whose full prefill chunk, mixed with `batch` decodes, fits one step
+    under the TPOT target (a longer step stalls every running decode for that long)."""
+    if tpot_target_ms is None:
+        return 16384
+    step = deployment.step_model(config)
+    budget = 16384
+    while budget > floor:
+        shape_s = step.step_time_s(_mixed(budget, batch, context_tokens))
+        if shape_s * 1000.0 <= tpot_target_ms:
+            break
+        budget //= 2
+    return budget
+
+
+def _mixed(prefill_tokens: int, batch: int, context_tokens: float) -> StepShape:
+    return StepShape(num_prefill_tokens=prefill_tokens, prefill_attention_tokens=prefill_tokens * prefill_tokens / 2,
+                     num_decode_seqs=batch, decode_context_tokens=batch * context_tokens)

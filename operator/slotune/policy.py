@@ -1,0 +1,323 @@
+"""Policy: from a diagnosis to the one change to try next, or to Infeasible with what would be needed.
+
+Each bottleneck has an ordered list of remedies (DESIGN.md workflow step 2); the first one the spec allows, within the
+knob bounds, that was never tried before (kept, rolled back or crashed: `excluded_keys`), is proposed with the metric
+it targets and the effect the roofline expects. Never revisiting a config is the hysteresis that stops flapping.
+Steps are sized with the capacity model (replicas a load needs, batch headroom) so few changes reach the SLO.
+Quantization is proposed only when the spec allows quality changes, and before speculation on low-bandwidth
+accelerators; speculation only at low batch and never when its predicted throughput cost breaks the throughput floor.
+When nothing is left, or the roofline puts a target below what any allowed knob can reach, the answer is Infeasible
+with the closest configuration and what would be needed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from slotune.api.tuning import Knob, TuningSpec
+from slotune.diagnosis import Bottleneck, Diagnosis
+from slotune.knobs import Quantization, RuntimeConfig, SpeculativeConfig
+from slotune.loadgen.workload import WorkloadSpec
+from slotune.metrics.snapshot import LatencyMetric, MetricsSnapshot
+from slotune.perfmodel import capacity
+from slotune.perfmodel.accelerators import ACCELERATORS
+from slotune.perfmodel.deployment import Deployment
+from slotune.slo import SLOSpec
+
+LOW_BANDWIDTH_BYTES_PER_S = 1e12  # below this, weights dominate decode: quantize before speculating
+SPECULATION_MAX_BATCH = 8  # verification is ~free only while decode stays bandwidth bound
+PRIOR_ACCEPTANCE = 0.5  # per-token acceptance assumed before speculation was ever measured
+
+
+@dataclass(frozen=True)
+class Proposal:
+    config: RuntimeConfig
+    knob: Knob
+    change: str  # e.g. "max_num_seqs 4 -> 64"
+    reason: str
+    target_metric: LatencyMetric
+    target_percentile: int
+
+
+@dataclass(frozen=True)
+class Infeasible:
+    closest: RuntimeConfig
+    reason: str
+    needs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PolicyInput:
+    """Everything the policy may look at besides the diagnosis."""
+
+    config: RuntimeConfig
+    snapshot: MetricsSnapshot
+    slo: SLOSpec
+    tuning: TuningSpec
+    deployment: Deployment
+    excluded_keys: frozenset[str] = frozenset()
+    excluded_moves: frozenset[str] = frozenset()  # knob settings rolled back before (see move_key)
+    closest: RuntimeConfig | None = None
+    workload: WorkloadSpec | None = None
+
+
+def propose(diagnosis: Diagnosis, given: PolicyInput) -> Proposal | Infeasible:
+    primary = diagnosis.primary
+    if primary is None:
+        raise ValueError("nothing to propose: the window meets every SLO target")
+    for config, knob, why in _remedies(diagnosis, given):
+        if _admissible(config, knob, given):
+            return Proposal(config, knob, _describe_change(given.config, config, knob), why,
+                            primary.target.metric, primary.target.percentile)
+    return _infeasible(diagnosis, given)
+
+
+# -- remedies per bottleneck ----------------------------------------------------------------------------------------
+
+Remedy = tuple[RuntimeConfig, Knob, str]
+
+
+def _remedies(diagnosis: Diagnosis, given: PolicyInput) -> list[Remedy]:
+    by_bottleneck = {
+        Bottleneck.CAPACITY: _capacity, Bottleneck.PREFIX_CACHE: _prefix_cache, Bottleneck.PREFILL: _prefill,
+        Bottleneck.PREFILL_INTERFERENCE: _interference, Bottleneck.DECODE_BANDWIDTH: _decode,
+    }
+    remedies = by_bottleneck[diagnosis.bottleneck](given)
+    if diagnosis.out_of_reach:  # below the floor of these weights: only changing the weights' cost can help
+        remedies = [r for r in remedies if r[1] in (Knob.QUANTIZATION, Knob.SPECULATIVE, Knob.ENABLE_PREFIX_CACHING)]
+    return remedies
+
+
+def _capacity(given: PolicyInput) -> list[Remedy]:
+    c, s = given.config, given.snapshot
+    running, waiting = s.num_running_mean or 0.0, s.num_waiting_mean or 0.0
+    remedies: list[Remedy] = []
+    kv_room = (s.kv_cache_usage or 0.0) < 0.85 and s.num_preemptions == 0
+    limit = min(capacity.batch_limit(given.deployment, c, _load(given), _tpot_target(given.slo)),
+                given.tuning.bounds.max_num_seqs.max)
+    if kv_room and 1.5 * c.max_num_seqs <= limit:
+        seqs = max(min(2 * c.max_num_seqs, limit), _pow2_at_most(limit))
+        remedies.append((c.with_changes(max_num_seqs=seqs), Knob.MAX_NUM_SEQS,
+                         f"queueing with {running:.1f} of {c.max_num_seqs} running and {waiting:.1f} waiting; the "
+                         f"KV cache and the TPOT target allow batches of ~{limit}"))
+    replicas = _replicas_remedy(given, "queueing: the load needs more replicas")
+    if replicas and _needs_more_replicas(given):
+        remedies.insert(0, replicas)
+    budget = _budget_up(given, "a small token budget slows admission")
+    remedies += [r for r in (budget, replicas, _enable_prefix_cache(given)) if r]
+    return remedies
+
+
+def _prefix_cache(given: PolicyInput) -> list[Remedy]:
+    c = given.config
+    if not c.enable_prefix_caching:
+        return [(c.with_changes(enable_prefix_caching=True), Knob.ENABLE_PREFIX_CACHING,
+                 "shared prompt prefixes are recomputed on every request"), *_prefill(given)]
+    return _prefill(given)
+
+
+def _prefill(given: PolicyInput) -> list[Remedy]:
+    remedies = [r for r in (_enable_prefix_cache(given), _budget_up(given, "prompts need many steps to prefill"),
+                            _quantize(given, "prefill is compute bound: 8-bit weights run on faster tensor cores"),
+                            _replicas_remedy(given, "prefill work spread over more replicas")) if r]
+    return remedies
+
+
+def _interference(given: PolicyInput) -> list[Remedy]:
+    c, bounds = given.config, given.tuning.bounds
+    remedies: list[Remedy] = []
+    if not c.enable_chunked_prefill:
+        budget = max(min(c.max_num_batched_tokens, 2048), bounds.max_num_batched_tokens.min)
+        remedies.append((c.with_changes(enable_chunked_prefill=True, max_num_batched_tokens=budget),
+                         Knob.ENABLE_CHUNKED_PREFILL, "whole-prompt prefill steps stall every running decode"))
+    safe = _budget_cap(given)
+    smaller = max(min(c.max_num_batched_tokens // 2, safe), bounds.max_num_batched_tokens.min, 256)
+    if smaller < c.max_num_batched_tokens:
+        remedies.append((c.with_changes(max_num_batched_tokens=smaller), Knob.MAX_NUM_BATCHED_TOKENS,
+                         "smaller prefill chunks per step bound the stall each decode sees"))
+    replicas = _replicas_remedy(given, "fewer prompts per replica interleave with decodes")
+    return [*remedies, *([replicas] if replicas else [])]
+
+
+def _decode(given: PolicyInput) -> list[Remedy]:
+    s, accel = given.snapshot, given.deployment.accelerator
+    batch = s.num_running_mean or 1.0
+    step = given.deployment.step_model(given.config)
+    context = (s.mean_prompt_tokens or 0.0) + (s.mean_generation_tokens or 0.0) / 2
+    batch_bound = batch > 4 and step.decode_step_s(round(batch), context) > 1.5 * step.decode_step_s(1, context)
+    quant = _quantize(given, "decode is bound by weight bytes per token: 8-bit weights halve them")
+    spec = _speculate(given, batch)
+    replicas = _replicas_remedy(given, f"{batch:.0f} sequences per step slow each token: spread them")
+    ordered = [quant, spec] if accel.memory_bandwidth_bytes_per_s < LOW_BANDWIDTH_BYTES_PER_S else [spec, quant]
+    if batch_bound:
+        ordered.insert(0, replicas)
+    else:
+        ordered.append(replicas)
+    return [r for r in ordered if r]
+
+
+# -- single-knob moves --------------------------------------------------------------------------------------------
+
+def _budget_up(given: PolicyInput, why: str) -> Remedy | None:
+    c, bounds = given.config, given.tuning.bounds
+    budget = min(max(c.max_num_batched_tokens * 4, 2048), bounds.max_num_batched_tokens.max, _budget_cap(given))
+    if budget <= c.max_num_batched_tokens:
+        return None
+    return c.with_changes(max_num_batched_tokens=budget), Knob.MAX_NUM_BATCHED_TOKENS, (
+        f"{why}; a {budget}-token step still fits the TPOT target")
+
+
+def _budget_cap(given: PolicyInput) -> int:
+    s = given.snapshot
+    batch = max(1, round(s.num_running_mean or 1))
+    context = (s.mean_prompt_tokens or 0.0) + (s.mean_generation_tokens or 0.0) / 2
+    return capacity.budget_limit(given.deployment, given.config, _tpot_target(given.slo), batch, context)
+
+
+def _enable_prefix_cache(given: PolicyInput) -> Remedy | None:
+    c, workload = given.config, given.workload
+    shared = workload is not None and bool(workload.shared_prefix_tokens) and bool(workload.shared_prefix_share)
+    if c.enable_prefix_caching or not shared:
+        return None
+    return (c.with_changes(enable_prefix_caching=True), Knob.ENABLE_PREFIX_CACHING,
+            "the workload shares prompt prefixes that are recomputed on every request")
+
+
+def _replicas_remedy(given: PolicyInput, why: str) -> Remedy | None:
+    c = given.config
+    most = _max_replicas(given)
+    wanted = min(max(c.replicas + 1, _replicas_for_load(given, c)), most)
+    if wanted <= c.replicas:
+        return None
+    return c.with_changes(replicas=wanted), Knob.REPLICAS, why
+
+
+def _quantize(given: PolicyInput, why: str) -> Remedy | None:
+    c, tuning = given.config, given.tuning
+    if not tuning.allow_quality_change or c.quantization is not Quantization.NONE:
+        return None
+    fp8 = given.deployment.accelerator.fp8_flops_per_s is not None
+    quant = Quantization.FP8 if fp8 else Quantization.INT8
+    return c.with_changes(quantization=quant), Knob.QUANTIZATION, why
+
+
+def _speculate(given: PolicyInput, batch: float) -> Remedy | None:
+    c, bounds = given.config, given.tuning.bounds
+    if c.speculative is not None or batch > SPECULATION_MAX_BATCH:
+        return None
+    k = min(max(4, bounds.num_speculative_tokens.min), bounds.num_speculative_tokens.max)
+    method = bounds.speculative_methods[0]
+    config = c.with_changes(speculative=SpeculativeConfig(method=method, num_speculative_tokens=k,
+                                                          draft_model=None).model_dump())
+    if not _keeps_throughput_floor(given, config):
+        return None
+    return config, Knob.SPECULATIVE, f"few sequences per step ({batch:.1f}): verifying {k} drafted tokens is ~free"
+
+
+def _keeps_throughput_floor(given: PolicyInput, config: RuntimeConfig) -> bool:
+    """Predicted decode throughput at the window's batch with speculation, against the floor."""
+    floor = given.slo.min_throughput
+    if floor is None or config.speculative is None:
+        return True
+    s = given.snapshot
+    batch = max(1, round(s.num_running_mean or 1))
+    context = (s.mean_prompt_tokens or 0.0) + (s.mean_generation_tokens or 0.0) / 2
+    k, a = config.speculative.num_speculative_tokens, PRIOR_ACCEPTANCE
+    tokens_per_step = (1 - a ** (k + 1)) / (1 - a)
+    step_s = given.deployment.step_model(config).decode_step_s(batch, context, tokens_per_seq=k + 1)
+    return batch * tokens_per_step / step_s * config.replicas >= floor
+
+
+# -- sizing and checks --------------------------------------------------------------------------------------------
+
+def _load(given: PolicyInput) -> capacity.Load:
+    s = given.snapshot
+    shared = 0.0
+    if given.workload is not None and given.workload.shared_prefix_tokens:
+        shared = (given.workload.shared_prefix_share or 0.0) * given.workload.shared_prefix_tokens / max(
+            s.mean_prompt_tokens or 1.0, 1.0)
+    return capacity.Load(s.request_rate_per_s, s.mean_prompt_tokens or 1.0, s.mean_generation_tokens or 1.0, shared)
+
+
+def _tpot_target(slo: SLOSpec) -> float | None:
+    return None if slo.tpot is None else min(v for v in (slo.tpot.p50, slo.tpot.p95, slo.tpot.p99) if v)
+
+
+def _replicas_for_load(given: PolicyInput, config: RuntimeConfig) -> int:
+    return capacity.replicas_needed(given.deployment, config, _load(given), _tpot_target(given.slo))
+
+
+def _needs_more_replicas(given: PolicyInput) -> bool:
+    """Even with the most batch the bounds allow, one replica per current replica would be over-utilised."""
+    roomy = given.config.with_changes(max_num_seqs=given.tuning.bounds.max_num_seqs.max)
+    return _replicas_for_load(given, roomy) > given.config.replicas
+
+
+def _max_replicas(given: PolicyInput) -> int:
+    bounds = given.tuning.bounds
+    return bounds.max_replicas if bounds.max_replicas is not None else given.config.replicas
+
+
+def _admissible(config: RuntimeConfig, knob: Knob, given: PolicyInput) -> bool:
+    if knob not in given.tuning.knobs or config == given.config or config.key() in given.excluded_keys:
+        return False
+    if knob is not Knob.REPLICAS and move_key(given.config, config) in given.excluded_moves:
+        return False
+    error = given.deployment.startup_error(config)
+    return error is None
+
+
+def _pow2_at_most(value: float) -> int:
+    return 1 << max(0, math.floor(math.log2(max(value, 1.0))))
+
+
+def move_key(old: RuntimeConfig, new: RuntimeConfig) -> str:
+    """The knob values a change sets, e.g. 'max_num_batched_tokens=2048': a rolled-back move is not retried."""
+    return ",".join(f"{k}={_show(getattr(new, k))}" for k in sorted(old.changed_knobs(new)) if k != "replicas")
+
+
+def _describe_change(old: RuntimeConfig, new: RuntimeConfig, knob: Knob) -> str:
+    parts = []
+    for name in sorted(old.changed_knobs(new)):
+        before, after = getattr(old, name), getattr(new, name)
+        parts.append(f"{name} {_show(before)} -> {_show(after)}")
+    return ", ".join(parts) or knob.value
+
+
+def _show(value: object) -> str:
+    if isinstance(value, SpeculativeConfig):
+        return f"{value.method.value}x{value.num_speculative_tokens}"
+    return "off" if value is None else str(getattr(value, "value", value))
+
+
+# -- infeasibility ------------------------------------------------------------------------------------------------
+
+def _infeasible(diagnosis: Diagnosis, given: PolicyInput) -> Infeasible:
+    closest = given.closest or given.config
+    needs = list(_needs(diagnosis, given, closest))
+    reason = (f"{diagnosis.bottleneck.value}: no allowed change left that could help "
+              f"({', '.join(r.target.name for r in diagnosis.violated)} still violated)")
+    if diagnosis.out_of_reach:
+        reason = f"{', '.join(diagnosis.out_of_reach)} below what these weights can do on this hardware"
+    return Infeasible(closest, reason, tuple(needs))
+
+
+def _needs(diagnosis: Diagnosis, given: PolicyInput, closest: RuntimeConfig) -> list[str]:
+    found = []
+    replicas = _replicas_for_load(given, closest)
+    if diagnosis.bottleneck in (Bottleneck.CAPACITY, Bottleneck.PREFILL) and replicas > _max_replicas(given):
+        found.append(f"about {replicas} replicas (maxReplicas is {_max_replicas(given)})")
+    target = _tpot_target(given.slo)
+    if target is not None and diagnosis.floors.tpot_ms > target:
+        factor = diagnosis.floors.tpot_ms / target
+        faster = [a.name for a in ACCELERATORS.values() if a.memory_bandwidth_bytes_per_s >=
+                  factor * given.deployment.accelerator.memory_bandwidth_bytes_per_s]
+        found.append(f"an accelerator with {factor:.1f}x the memory bandwidth ({', '.join(faster) or 'none known'}) "
+                     f"or tensor parallelism {math.ceil(factor)}")
+        found.append(f"a model at most {given.deployment.model.num_params / factor / 1e9:.1f}B parameters")
+        if not given.tuning.allow_quality_change:
+            found.append("allowQualityChange: true, so 8-bit weights can halve the bytes per token")
+    if not found:
+        found.append("a faster accelerator, more replicas or a smaller model")
+    return found

@@ -1,0 +1,119 @@
+"""Verification of one change: did the targeted metric improve beyond noise, and did nothing else get worse?
+
+The targeted percentile's ratio after / before gets a bootstrap confidence interval (Efron & Tibshirani 1993,
+percentile method) from the two windows' per-request samples; where a source has only histograms, the interval is the
+bucket width around each estimate. A change is kept when the interval lies below 1 (a real improvement) and no other
+SLO metric or the throughput floor got worse beyond tolerance, or when it turned a violated SLO into a met one
+without breaking anything. An A/A pair (same config twice) almost never shows an interval entirely below 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from slotune.metrics.snapshot import LatencyMetric, LatencySummary, MetricsSnapshot
+from slotune.slo import SLOSpec
+
+BOOTSTRAP_RESAMPLES = 400
+CONFIDENCE = 0.95
+TOLERANCE = 0.10  # another metric may get this much worse before it counts as a regression
+
+
+@dataclass(frozen=True)
+class MetricChange:
+    name: str
+    before_ms: float | None
+    after_ms: float | None
+    ratio_low: float  # confidence interval of after / before
+    ratio_high: float
+
+    @property
+    def improved(self) -> bool:
+        return self.ratio_high < 1.0
+
+    @property
+    def worsened(self) -> bool:
+        return self.ratio_low > 1.0
+
+    def describe(self) -> str:
+        before = "n/a" if self.before_ms is None else f"{self.before_ms:.1f}"
+        after = "n/a" if self.after_ms is None else f"{self.after_ms:.1f}"
+        return f"{self.name} {before} -> {after} ms (x{self.ratio_low:.2f}..x{self.ratio_high:.2f})"
+
+
+@dataclass(frozen=True)
+class Verification:
+    keep: bool
+    reason: str
+    targeted: MetricChange
+    regressions: tuple[str, ...]
+    slo_met_after: bool
+
+
+def compare(before: LatencySummary, after: LatencySummary, percentile: int, name: str,
+            seed: int = 0) -> MetricChange:
+    """Confidence interval of after / before at one percentile."""
+    b, a = before.at(percentile), after.at(percentile)
+    if b is None or a is None or b <= 0:
+        return MetricChange(name, b, a, float("nan"), float("nan"))
+    if before.samples_ms and after.samples_ms and len(before.samples_ms) > 1 and len(after.samples_ms) > 1:
+        low, high = _bootstrap(np.asarray(before.samples_ms), np.asarray(after.samples_ms), percentile, seed)
+        return MetricChange(name, b, a, low, high)
+    b_low, b_high = _bucket_bounds(before, b)
+    a_low, a_high = _bucket_bounds(after, a)
+    return MetricChange(name, b, a, a_low / b_high, a_high / max(b_low, 1e-9))
+
+
+def verify(before: MetricsSnapshot, after: MetricsSnapshot, target: LatencyMetric, percentile: int, slo: SLOSpec,
+           tolerance: float = TOLERANCE) -> Verification:
+    targeted = compare(before.latency(target), after.latency(target), percentile, f"{target.value}_p{percentile}")
+    regressions = _regressions(before, after, slo, tolerance, skip=targeted.name)
+    met_before, met_after = slo.is_met(before), slo.is_met(after)
+    if regressions:
+        return Verification(False, "regressed: " + "; ".join(regressions), targeted, regressions, met_after)
+    if met_after and not met_before:
+        return Verification(True, f"SLO now met; {targeted.describe()}", targeted, (), True)
+    if targeted.improved:
+        return Verification(True, f"improved beyond noise: {targeted.describe()}", targeted, (), met_after)
+    return Verification(False, f"no improvement beyond noise: {targeted.describe()}", targeted, (), met_after)
+
+
+def _regressions(before: MetricsSnapshot, after: MetricsSnapshot, slo: SLOSpec, tolerance: float,
+                 skip: str) -> tuple[str, ...]:
+    found = []
+    for result_before, result_after in zip(slo.evaluate(before), slo.evaluate(after), strict=True):
+        t = result_after.target
+        if t.name == skip or result_after.met:
+            continue
+        change = compare(before.latency(t.metric), after.latency(t.metric), t.percentile, t.name)
+        ratio = (result_after.observed_ms or float("inf")) / max(result_before.observed_ms or 1e-9, 1e-9)
+        if change.worsened and ratio > 1 + tolerance:
+            found.append(f"{change.describe()} breaks its {t.target_ms:g} ms target")
+    floor = slo.min_throughput
+    if floor is not None and after.generation_tokens_per_s < floor and (
+            after.generation_tokens_per_s < (1 - tolerance) * before.generation_tokens_per_s):
+        found.append(f"throughput {before.generation_tokens_per_s:.0f} -> {after.generation_tokens_per_s:.0f} "
+                     f"tokens/s is below the {floor:g} floor")
+    if after.num_failed_requests > before.num_failed_requests + max(1, tolerance * after.num_requests):
+        found.append(f"failed requests {before.num_failed_requests} -> {after.num_failed_requests}")
+    return tuple(found)
+
+
+def _bootstrap(before: np.ndarray, after: np.ndarray, percentile: int, seed: int) -> tuple[float, float]:
+    rng = np.random.default_rng(seed)
+    b = np.percentile(rng.choice(before, (BOOTSTRAP_RESAMPLES, before.size)), percentile, axis=1)
+    a = np.percentile(rng.choice(after, (BOOTSTRAP_RESAMPLES, after.size)), percentile, axis=1)
+    ratios = a / np.maximum(b, 1e-9)
+    tail = (1 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(ratios, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def _bucket_bounds(summary: LatencySummary, value_ms: float) -> tuple[float, float]:
+    if summary.histogram is None:
+        return value_ms * (1 - TOLERANCE), value_ms * (1 + TOLERANCE)
+    low_s, high_s = summary.histogram.bucket_of(value_ms / 1000.0)
+    high_ms = high_s * 1000.0 if np.isfinite(high_s) else value_ms * 2
+    return max(low_s * 1000.0, 1e-9), high_ms

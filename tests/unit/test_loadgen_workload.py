@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 from scipy import stats
+
 from slotune.loadgen.workload import (
     Arrival,
     LengthDistribution,

@@ -1,0 +1,100 @@
+"""`slotune bench`: drive a workload against OpenAI-compatible servers and write results (JSON + PNG)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from slotune.loadgen.plots import plot_latency_cdfs
+from slotune.loadgen.runner import RunPlan, run_workload
+from slotune.loadgen.stats import summarize
+from slotune.loadgen.workload import Arrival, Profile, WorkloadSpec
+from slotune.slo import SLOSpec
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", action="append", required=True, help="server root; repeat for replicas")
+    parser.add_argument("--model", help="model id (default: the first of GET /v1/models)")
+    parser.add_argument("--profile", choices=[p.value for p in Profile], default="chat")
+    parser.add_argument("--rate", type=float, help="requests per second (open-loop arrivals)")
+    parser.add_argument("--arrival", choices=[a.value for a in Arrival], help="default: the profile's")
+    parser.add_argument("--arrival-cv", type=float, help="burstiness of gamma arrivals")
+    parser.add_argument("--concurrency", type=int, help="closed loop with this many in flight (without --rate), or "
+                        "a cap on requests in flight")
+    parser.add_argument("--prompt-tokens", type=float, nargs=2, metavar=("P50", "P99"))
+    parser.add_argument("--output-tokens", type=float, nargs=2, metavar=("P50", "P99"))
+    parser.add_argument("--max-prompt-tokens", type=int, help="cut prompts to this length")
+    length = parser.add_mutually_exclusive_group(required=True)
+    length.add_argument("--duration-s", type=float)
+    length.add_argument("--num-requests", type=int)
+    parser.add_argument("--warmup-requests", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    for metric in ("ttft", "tpot", "e2e"):
+        for percentile in (50, 99):
+            parser.add_argument(f"--slo-{metric}-p{percentile}-ms", type=float)
+    parser.add_argument("--out", type=Path, default=Path("bench-results"), help="directory for JSON and PNG")
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def workload_from_args(args: argparse.Namespace) -> WorkloadSpec:
+    fields: dict[str, object] = {"profile": args.profile, "request_rate_per_s": args.rate,
+                                 "arrival_cv": args.arrival_cv, "concurrency": args.concurrency}
+    fields["arrival"] = args.arrival or (Arrival.CONCURRENCY if args.rate is None and args.concurrency else None)
+    spec = WorkloadSpec.model_validate({k: v for k, v in fields.items() if v is not None})
+    prompt, output = spec.prompt, spec.output
+    if args.prompt_tokens:
+        prompt = prompt.model_copy(update={"p50": args.prompt_tokens[0], "p99": args.prompt_tokens[1]})
+    if args.max_prompt_tokens:
+        prompt = prompt.model_copy(update={"max": args.max_prompt_tokens, "min": min(prompt.min,
+                                                                                       args.max_prompt_tokens)})
+    if args.output_tokens:
+        output = output.model_copy(update={"p50": args.output_tokens[0], "p99": args.output_tokens[1]})
+    data = spec.model_dump() | {"prompt_tokens": prompt.model_dump(), "output_tokens": output.model_dump()}
+    return WorkloadSpec.model_validate(data)
+
+
+def slo_from_args(args: argparse.Namespace) -> SLOSpec | None:
+    targets: dict[str, dict[str, float]] = {}
+    for metric in ("ttft", "tpot", "e2e"):
+        for percentile in (50, 99):
+            value = getattr(args, f"slo_{metric}_p{percentile}_ms")
+            if value is not None:
+                targets.setdefault(metric, {})[f"p{percentile}"] = value
+    return SLOSpec.model_validate(targets) if targets else None
+
+
+def run(args: argparse.Namespace) -> int:
+    spec, slo = workload_from_args(args), slo_from_args(args)
+    plan = RunPlan(urls=tuple(args.url), model=args.model, num_requests=args.num_requests,
+                   duration_s=args.duration_s, warmup_requests=args.warmup_requests, seed=args.seed,
+                   show_progress=not args.no_progress)
+    result = asyncio.run(run_workload(spec, plan))
+    summary = summarize(result.records, result.duration_s, slo, seed=args.seed)
+    out = summary.json() | {"model": result.model, "urls": list(plan.urls),
+                            "workload": spec.model_dump(by_alias=True, mode="json")}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bench.json").write_text(json.dumps(out, indent=2))
+    plot_latency_cdfs(result.records, args.out / "latency_cdf.png", slo, title=f"{result.model}: {spec.profile}")
+    _print_table(out)
+    return 0 if summary.completed > 0 and out.get("slo_met", True) else 1
+
+
+def _print_table(out: dict[str, object]) -> None:
+    table = Table(title="slotune bench")
+    table.add_column("metric")
+    for column in ("mean", "median", "p99"):
+        table.add_column(f"{column} ms", justify="right")
+    for key in ("ttft", "tpot", "itl", "e2el"):
+        cells = [out.get(f"{c}_{key}_ms") for c in ("mean", "median", "p99")]
+        table.add_row(key, *("-" if v is None else f"{v:.1f}" for v in cells))
+    console = Console()
+    console.print(table)
+    console.print(f"completed {out['completed']}, failed {out['failed']}, "
+                  f"{out['request_throughput']:.2f} req/s, {out['output_throughput']:.1f} output tok/s")
+    if "slo_attainment" in out:
+        console.print(f"SLO attainment {out['slo_attainment']:.3f}, met: {out['slo_met']}")

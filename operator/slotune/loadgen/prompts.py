@@ -1,0 +1,81 @@
+"""Prompt text for planned requests, and replay of recorded traces.
+
+The client does not know the server's tokenizer, so a prompt of N tokens is N short common words (" the", " of",
+...), which BPE tokenizers encode as about one token each; the server's `usage.prompt_tokens` reports the truth.
+Requests of one prefix group start with byte-identical text (seeded by the group) so a prefix cache can hit; every
+request's own suffix starts with a unique marker so prompts never share more than the planned prefix.
+A trace is JSONL, one request per line: `timestamp` (seconds), `prompt` (text) or `prompt_tokens` (a length), and
+`output_tokens`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from slotune.loadgen.workload import PlannedRequest
+
+WORDS = ("the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on", "not",
+         "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "had", "they", "you")
+
+
+@dataclass(frozen=True)
+class PromptedRequest:
+    planned: PlannedRequest
+    prompt: str
+
+
+def words(num_tokens: int, seed: int) -> str:
+    rng = np.random.default_rng(seed)
+    return " ".join(WORDS[i] for i in rng.integers(0, len(WORDS), num_tokens))
+
+
+def prompt_for(request: PlannedRequest, index: int, seed: int = 0) -> str:
+    """About `request.prompt_tokens` tokens: the group's shared prefix, then a per-request suffix."""
+    prefix = ""
+    if request.prefix_group is not None and request.shared_prefix_tokens > 0:
+        prefix = words(request.shared_prefix_tokens, seed=1_000_003 * (request.prefix_group + 1)) + " "
+    suffix_tokens = max(1, request.prompt_tokens - request.shared_prefix_tokens)
+    return prefix + f"#{index} " + words(suffix_tokens - 1, seed=seed * 7_919 + index)
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    planned: PlannedRequest
+    prompt: str | None  # recorded text, when the trace has it
+
+
+def load_trace(path: Path) -> list[TraceRequest]:
+    """Requests of a JSONL trace, arrival times shifted so the first is at 0 and sorted."""
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            rows.append(_trace_row(row))
+        except (ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{path}:{number}: {error}") from error
+    rows.sort(key=lambda r: r.planned.arrival_s)
+    start_s = rows[0].planned.arrival_s if rows else 0.0
+    return [TraceRequest(_shifted(r.planned, start_s), r.prompt) for r in rows]
+
+
+def _trace_row(row: dict) -> TraceRequest:
+    prompt = row.get("prompt")
+    if prompt is None and "prompt_tokens" not in row:
+        raise KeyError("each line needs prompt or prompt_tokens")
+    prompt_tokens = int(row["prompt_tokens"]) if "prompt_tokens" in row else len(str(prompt).split())
+    output_tokens = int(row["output_tokens"])
+    if prompt_tokens < 1 or output_tokens < 1:
+        raise ValueError("prompt_tokens and output_tokens must be positive")
+    planned = PlannedRequest(float(row["timestamp"]), prompt_tokens, output_tokens, None, 0)
+    return TraceRequest(planned, None if prompt is None else str(prompt))
+
+
+def _shifted(request: PlannedRequest, start_s: float) -> PlannedRequest:
+    return PlannedRequest(request.arrival_s - start_s, request.prompt_tokens, request.output_tokens,
+                          request.prefix_group, request.shared_prefix_tokens)

@@ -1,0 +1,128 @@
+"""Drives a workload against one or more servers: warm-up first (excluded), then the measured run.
+
+Open-loop workloads send each planned request at its arrival time (optionally capped at `max_concurrency` in
+flight, the cap delaying sends as vLLM's --max-concurrency does); closed-loop (concurrency) workloads keep
+`concurrency` requests in flight. Requests go round-robin over the URLs (one per replica). The run stops after
+`num_requests` or, for a duration, once no more arrivals fall in it; requests in flight are awaited, and the
+measured duration runs from the first measured send to the last completion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import httpx
+from rich.progress import Progress
+
+from slotune.loadgen.client import send_completion
+from slotune.loadgen.prompts import prompt_for
+from slotune.loadgen.record import RequestRecord
+from slotune.loadgen.workload import PlannedRequest, WorkloadSpec, iter_requests, plan_requests
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    urls: tuple[str, ...]
+    model: str | None = None  # None: the first id of GET /v1/models
+    num_requests: int | None = None
+    duration_s: float | None = None
+    warmup_requests: int = 4
+    max_concurrency: int | None = None
+    seed: int = 0
+    timeout_s: float = 600.0
+    show_progress: bool = True
+
+
+@dataclass(frozen=True)
+class RunResult:
+    records: tuple[RequestRecord, ...]
+    duration_s: float
+    model: str
+
+
+async def served_model(client: httpx.AsyncClient, url: str) -> str:
+    response = await client.get(f"{url.rstrip('/')}/v1/models")
+    response.raise_for_status()
+    return str(response.json()["data"][0]["id"])
+
+
+class _Sender:
+    """Sends requests round-robin over the URLs and keeps their records."""
+
+    def __init__(self, client: httpx.AsyncClient, plan: RunPlan, model: str, progress: Progress | None) -> None:
+        self.client, self.plan, self.model, self.progress = client, plan, model, progress
+        self.records: list[RequestRecord] = []
+        self.started = time.perf_counter()
+        self._task = progress.add_task("requests", total=plan.num_requests) if progress else None
+
+    async def send(self, index: int, request: PlannedRequest, warmup: bool = False) -> None:
+        url = self.plan.urls[index % len(self.plan.urls)]
+        record = await send_completion(
+            self.client, url, self.model, prompt_for(request, index, self.plan.seed), request.output_tokens, index,
+            time.perf_counter() - self.started, request.prompt_tokens, warmup,
+        )
+        self.records.append(record)
+        if self.progress is not None and self._task is not None and not warmup:
+            self.progress.advance(self._task)
+
+
+async def _open_loop(sender: _Sender, requests: Sequence[PlannedRequest], max_concurrency: int | None) -> None:
+    slots = asyncio.Semaphore(max_concurrency or len(requests) or 1)
+
+    async def one(index: int, request: PlannedRequest) -> None:
+        async with slots:
+            await sender.send(index, request)
+
+    tasks = []
+    for index, request in enumerate(requests):
+        delay_s = request.arrival_s - (time.perf_counter() - sender.started)
+        if delay_s > 0:
+            await asyncio.sleep(delay_s)
+        tasks.append(asyncio.create_task(one(index, request)))
+    await asyncio.gather(*tasks)
+
+
+async def _closed_loop(sender: _Sender, stream: Iterator[PlannedRequest], concurrency: int,
+                       num_requests: int | None, duration_s: float | None) -> None:
+    counter = itertools.count()
+
+    async def worker() -> None:
+        while True:
+            index = next(counter)
+            elapsed_s = time.perf_counter() - sender.started
+            if (num_requests is not None and index >= num_requests) or (duration_s and elapsed_s >= duration_s):
+                return
+            await sender.send(index, next(stream))
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+async def run_workload(spec: WorkloadSpec, plan: RunPlan) -> RunResult:
+    if (plan.num_requests is None) == (plan.duration_s is None):
+        raise ValueError("give exactly one of num_requests and duration_s")
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
+    async with httpx.AsyncClient(timeout=plan.timeout_s, limits=limits) as client:
+        model = plan.model or await served_model(client, plan.urls[0])
+        with Progress(disable=not plan.show_progress, transient=True) as progress:
+            await _warm_up(_Sender(client, plan, model, None), spec, plan)
+            sender = _Sender(client, plan, model, progress)
+            if spec.is_closed_loop:
+                stream = iter_requests(spec, plan.seed)
+                await _closed_loop(sender, stream, spec.concurrency or 1, plan.num_requests, plan.duration_s)
+            else:
+                requests = plan_requests(spec, plan.num_requests, plan.duration_s, plan.seed)
+                await _open_loop(sender, requests, plan.max_concurrency or spec.concurrency)
+            duration_s = time.perf_counter() - sender.started
+    return RunResult(tuple(sorted(sender.records, key=lambda r: r.index)), duration_s, model)
+
+
+async def _warm_up(sender: _Sender, spec: WorkloadSpec, plan: RunPlan) -> None:
+    """A few requests before the clock starts: first requests after a cold start are several times slower."""
+    if plan.warmup_requests <= 0:
+        return
+    warmup = plan_requests(spec, plan.warmup_requests, seed=plan.seed + 1)
+    await asyncio.gather(*(sender.send(-1 - i, r, warmup=True) for i, r in enumerate(warmup)))

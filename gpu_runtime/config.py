@@ -9,10 +9,13 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpu_runtime.speculative.config import SpeculativeSettings
+
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
 MAX_MODEL_LEN_CAP = 32768
 DEFAULT_CPU_KV_CACHE_BYTES = 256 * 1024 * 1024
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
+QUANTIZATION_NAMES = ("none", "int8", "fp8")  # gpu_runtime.quant.QuantScheme, named here without importing torch
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,8 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9
     knobs: SchedulerKnobs = field(default_factory=SchedulerKnobs)
     seed: int = 0
+    speculative: SpeculativeSettings | None = None  # --speculative-config; None is off
+    quantization: str = "none"  # --quantization: none | int8 | fp8 (weights quantized from the checkpoint at load)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_NAMES:
@@ -190,3 +195,5 @@ class EngineConfig:
             raise ValueError(f"kv_cache_memory_bytes must be > 0, got {self.kv_cache_memory_bytes}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.quantization not in QUANTIZATION_NAMES:
+            raise ValueError(f"quantization must be one of {QUANTIZATION_NAMES}, got {self.quantization!r}")

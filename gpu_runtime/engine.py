@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,9 +23,13 @@ from gpu_runtime.config import (
 )
 from gpu_runtime.kv_cache import BlockManager
 from gpu_runtime.model_runner import ModelRunner, SequenceInput, kv_bytes_per_block
-from gpu_runtime.sampling import Sampler
-from gpu_runtime.scheduler import Scheduler, SchedulerOutput
+from gpu_runtime.quant import QuantReport, requantize
+from gpu_runtime.sampling import Sampler, processed_probs
+from gpu_runtime.scheduler import ScheduledSequence, Scheduler, SchedulerOutput
 from gpu_runtime.sequence import RequestTimes, Sequence
+from gpu_runtime.speculative.config import SpecMethod, SpeculativeSettings, parse_speculative_config
+from gpu_runtime.speculative.decoder import SpecCounters, SpeculativeDecoder
+from gpu_runtime.speculative.draft import DraftModelProposer
 from gpu_runtime.tokenizer import IncrementalDetokenizer, Tokenizer
 
 __all__ = [
@@ -67,6 +72,12 @@ class EngineStats:
     num_preemptions: int
     num_steps: int
     last_step_num_tokens: int
+    # Speculative decoding (cumulative; vllm:spec_decode_*): verified drafts, drafted and accepted tokens, and how
+    # often the draft token at each position was accepted.
+    spec_num_drafts: int = 0
+    spec_num_draft_tokens: int = 0
+    spec_num_accepted_tokens: int = 0
+    spec_num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -103,6 +114,9 @@ class LLMEngine:
         self.max_model_len = self._max_model_len()
         torch.manual_seed(config.seed)
         self.runner = ModelRunner(path, self.dtype, self.device, self.max_model_len, config.block_size)
+        self.quantization = "none"
+        if config.quantization != "none":  # before the KV cache, so on CUDA the freed weight memory goes to KV
+            self.set_quantization(config.quantization)
         self.runner.allocate_kv_cache(self._num_blocks())
         self.tokenizer = Tokenizer(path, self.model_config.eos_token_ids)
         self.block_manager = BlockManager(self.runner.num_blocks, config.block_size, config.knobs.enable_prefix_caching)
@@ -114,6 +128,9 @@ class LLMEngine:
         self._num_steps = 0
         self._last_step_num_tokens = 0
         self._generate_ids = itertools.count()
+        self._spec: SpeculativeDecoder | None = None
+        self._spec_counters = SpecCounters()  # outlives set_speculative: the metrics are monotonic counters
+        self.set_speculative(config.speculative)
 
     @property
     def knobs(self) -> SchedulerKnobs:
@@ -188,53 +205,118 @@ class LLMEngine:
         this always runs between steps)."""
         self.scheduler.set_knobs(knobs)
 
+    # ---- speculative decoding and quantization (live switches, between steps) ---------------------------------
+    @property
+    def speculative(self) -> SpeculativeSettings | None:
+        return None if self._spec is None else self._spec.settings
+
+    def set_speculative(self, settings: SpeculativeSettings | Mapping[str, object] | str | None) -> None:
+        """Turn speculative decoding on (vLLM --speculative-config JSON, its dict, or settings), change it, or off
+        (None). In-flight requests continue; a bad config raises and leaves the current one in place."""
+        if settings is not None and not isinstance(settings, SpeculativeSettings):
+            settings = parse_speculative_config(settings)
+        spec = None if settings is None else self._build_speculative(settings)
+        for seq in self.scheduler.running:
+            seq.spec_token_ids = []
+        self._spec = spec
+
+    def _build_speculative(self, settings: SpeculativeSettings) -> SpeculativeDecoder:
+        draft = None
+        if settings.method is SpecMethod.DRAFT_MODEL:
+            old = self._spec
+            same = old is not None and old.draft is not None and old.settings.draft_model == settings.draft_model
+            draft = old.draft if same else DraftModelProposer.load(  # type: ignore[union-attr]
+                Path(str(settings.draft_model)), self.model_config,
+                (self.dtype, self.device, self.max_model_len, self.config.block_size, self.runner.num_blocks),
+                processed_probs, self.config.seed,
+            )
+        return SpeculativeDecoder(
+            settings, self.block_manager, self.max_model_len, processed_probs, self.sampler.generator,
+            self._spec_counters, draft,
+        )
+
+    def set_quantization(self, scheme: str) -> QuantReport:
+        """Re-quantize the weights from the checkpoint in process ("none" | "int8" | "fp8"); returns weight bytes
+        before and after. Raises ValueError for unknown schemes and Fp8UnsupportedError where fp8 cannot run."""
+        report = requantize(self.runner.model, scheme, lambda _: self.runner.reload_weights())
+        self.quantization = report.scheme.value
+        return report
+
     # ---- the step -------------------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         outputs, self._pending = self._pending, []
+        if self._spec is not None:
+            self._spec.propose(self.scheduler.running)
         sched = self.scheduler.schedule()
         now = time.monotonic()
         for item in sched.scheduled:
             if item.seq.first_scheduled_time is None:
                 item.seq.first_scheduled_time = now
-        completing = [item.seq for item in sched.scheduled if item.completes]
+        completing = [item for item in sched.scheduled if item.completes]
         tokens = self._forward_and_sample(sched, completing) if sched.scheduled else []
-        self.scheduler.on_step_done(sched)
         now = time.monotonic()
-        for seq, token in zip(completing, tokens, strict=True):
-            seq.append_token(token, now)
-            outputs.append(self._process_token(seq, token, now))
+        for item, new_tokens in zip(completing, tokens, strict=True):
+            for token in new_tokens:
+                item.seq.append_token(token, now)
+        self.scheduler.on_step_done(sched)  # after appending: a verified draft's KV stays only if it was accepted
+        for item, new_tokens in zip(completing, tokens, strict=True):
+            outputs.append(self._process_tokens(item.seq, new_tokens, now))
         self._num_steps += 1
         self._last_step_num_tokens = sched.num_batched_tokens
         return outputs
 
-    def _forward_and_sample(self, sched: SchedulerOutput, completing: list[Sequence]) -> list[int]:
+    def _forward_and_sample(self, sched: SchedulerOutput, completing: list[ScheduledSequence]) -> list[list[int]]:
+        """One forward pass; returns the new tokens of each completing sequence (1, or up to 1 + drafts)."""
         inputs = [
             SequenceInput(
-                item.seq.token_ids[item.start : item.start + item.num_new_tokens],
+                _query_tokens(item),
                 item.start,
                 self.block_manager.block_ids(item.seq.request_id),
-                1 if item.completes else 0,
+                1 + item.num_spec_tokens if item.completes else 0,
             )
             for item in sched.scheduled
         ]
         logits = self.runner.execute(inputs)
-        if not completing:
-            return []
-        return self.sampler.sample(logits, [s.params for s in completing], [s.request_id for s in completing])
+        rows = logits.split([1 + item.num_spec_tokens for item in completing])
+        tokens: list[list[int]] = [[] for _ in completing]
+        plain = [i for i, item in enumerate(completing) if not item.num_spec_tokens]
+        if plain:
+            seqs = [completing[i].seq for i in plain]
+            sampled = self.sampler.sample(
+                torch.cat([rows[i] for i in plain]), [s.params for s in seqs], [s.request_id for s in seqs]
+            )
+            for i, token in zip(plain, sampled, strict=True):
+                tokens[i] = [token]
+        spec = [i for i, item in enumerate(completing) if item.num_spec_tokens]
+        if spec and self._spec is not None:
+            items = [completing[i] for i in spec]
+            drafts = [item.seq.spec_token_ids[: item.num_spec_tokens] for item in items]
+            verified = self._spec.verify([item.seq for item in items], drafts, [rows[i] for i in spec])
+            for i, new_tokens in zip(spec, verified, strict=True):
+                tokens[i] = new_tokens
+        return tokens
 
-    def _process_token(self, seq: Sequence, token: int, now: float) -> RequestOutput:
+    def _process_tokens(self, seq: Sequence, tokens: list[int], now: float) -> RequestOutput:
+        """Detokenize and check stop conditions token by token; tokens after a stop are dropped from the sequence."""
         state = self._texts[seq.request_id]
-        state.token_times.append(now)
-        state.text += state.detokenizer.step(seq.output_token_ids)
-        reason = self._stop_reason(seq, token, state)
-        if reason is not None:
-            self._finish(seq, reason, now)
+        num_before = seq.num_output_tokens - len(tokens)
+        reason = None
+        for i, token in enumerate(tokens):
+            num_output = num_before + i + 1
+            state.token_times.append(now)
+            state.text += state.detokenizer.step(seq.output_token_ids[:num_output])
+            reason = self._stop_reason(seq, token, state, num_output)
+            if reason is not None:
+                del seq.token_ids[seq.num_prompt_tokens + num_output :]
+                tokens = tokens[: i + 1]
+                self._finish(seq, reason, now)
+                break
         end = len(state.text) if reason else max(state.emitted, len(state.text) - state.stop_holdback)
         new_text, state.emitted = state.text[state.emitted : end], end
         times, state.token_times = state.token_times, []
-        return self._output(seq, [token], new_text, times)
+        return self._output(seq, tokens, new_text, times)
 
-    def _stop_reason(self, seq: Sequence, token: int, state: _TextState) -> str | None:
+    def _stop_reason(self, seq: Sequence, token: int, state: _TextState, num_output: int) -> str | None:
         params = seq.params
         if token in params.stop_token_ids or (not params.ignore_eos and token in self.tokenizer.eos_token_ids):
             return "stop"
@@ -243,7 +325,7 @@ class LLMEngine:
             if index >= 0:
                 state.text = state.text[:index]
                 return "stop"
-        if seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len:
+        if num_output >= params.max_tokens or seq.num_prompt_tokens + num_output >= self.max_model_len:
             return "length"
         return None
 
@@ -283,6 +365,10 @@ class LLMEngine:
             num_preemptions=self.scheduler.num_preemptions,
             num_steps=self._num_steps,
             last_step_num_tokens=self._last_step_num_tokens,
+            spec_num_drafts=self._spec_counters.num_drafts,
+            spec_num_draft_tokens=self._spec_counters.num_draft_tokens,
+            spec_num_accepted_tokens=self._spec_counters.num_accepted_tokens,
+            spec_num_accepted_tokens_per_pos=list(self._spec_counters.num_accepted_tokens_per_pos),
         )
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
@@ -297,3 +383,11 @@ class LLMEngine:
                 if out.request_id in results:
                     results[out.request_id].extend(out.new_token_ids)
         return [results[rid] for rid in ids]
+
+
+def _query_tokens(item: ScheduledSequence) -> list[int]:
+    """The step's query tokens of one sequence: its uncomputed tokens, then the drafts that fit the budget."""
+    seq, end = item.seq, item.start + item.num_new_tokens
+    if not item.num_spec_tokens:
+        return seq.token_ids[item.start : end]
+    return seq.token_ids[item.start :] + seq.spec_token_ids[: item.num_spec_tokens]

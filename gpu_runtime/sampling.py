@@ -22,6 +22,22 @@ def _filter_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.
     return logits.scatter(-1, order, sorted_logits.masked_fill(remove, float("-inf")))
 
 
+def processed_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+    """The distribution each row samples from: softmax of logits / temperature after top-k and top-p filtering.
+
+    Greedy rows use temperature 1 here (callers take their argmax instead). Speculative verification needs exactly
+    this distribution for the target and the draft.
+    """
+    vocab = logits.shape[-1]
+    temps = torch.tensor([p.temperature if not p.greedy else 1.0 for p in params], device=logits.device)
+    scaled = logits / temps[:, None]
+    if any(p.top_k or p.top_p < 1.0 for p in params):
+        top_k = torch.tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params], device=logits.device)
+        top_p = torch.tensor([p.top_p for p in params], device=logits.device, dtype=scaled.dtype)
+        scaled = _filter_top_k_top_p(scaled, top_k, top_p)
+    return scaled.softmax(dim=-1)
+
+
 class Sampler:
     def __init__(self, device: torch.device, seed: int) -> None:
         self.device = device
@@ -36,14 +52,7 @@ class Sampler:
         greedy = logits.argmax(dim=-1)
         if all(p.greedy for p in params):
             return greedy.tolist()
-        vocab = logits.shape[-1]
-        temps = torch.tensor([p.temperature if not p.greedy else 1.0 for p in params], device=logits.device)
-        scaled = logits / temps[:, None]
-        if any(p.top_k or p.top_p < 1.0 for p in params):
-            top_k = torch.tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params], device=logits.device)
-            top_p = torch.tensor([p.top_p for p in params], device=logits.device, dtype=scaled.dtype)
-            scaled = _filter_top_k_top_p(scaled, top_k, top_p)
-        probs = scaled.softmax(dim=-1)
+        probs = processed_probs(logits, params)
         noise = self._noise(probs.shape, params, request_ids)
         sampled = (probs / noise).argmax(dim=-1)
         is_greedy = torch.tensor([p.greedy for p in params], device=logits.device)
@@ -52,10 +61,17 @@ class Sampler:
     def _noise(self, shape: torch.Size, params: list[SamplingParams], request_ids: list[str]) -> torch.Tensor:
         noise = torch.empty(shape, device=self.device).exponential_(generator=self._generator)
         for row, (p, rid) in enumerate(zip(params, request_ids, strict=True)):
-            if p.seed is not None and not p.greedy:
-                gen = self._request_generators.get(rid)
-                if gen is None:
-                    gen = torch.Generator(device=self.device).manual_seed(p.seed)
-                    self._request_generators[rid] = gen
+            gen = self.generator(rid, p)
+            if gen is not None:
                 noise[row].exponential_(generator=gen)
         return noise
+
+    def generator(self, request_id: str, params: SamplingParams) -> torch.Generator | None:
+        """The request's own generator when it is seeded and sampled (None otherwise), created on first use."""
+        if params.seed is None or params.greedy:
+            return None
+        gen = self._request_generators.get(request_id)
+        if gen is None:
+            gen = torch.Generator(device=self.device).manual_seed(params.seed)
+            self._request_generators[request_id] = gen
+        return gen

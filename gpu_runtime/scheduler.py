@@ -17,16 +17,18 @@ from gpu_runtime.sequence import Sequence, SequenceStatus
 
 @dataclass(frozen=True)
 class ScheduledSequence:
-    """seq computes tokens [start, start + num_new_tokens) of seq.token_ids this step."""
+    """seq computes tokens [start, start + num_new_tokens) of seq.token_ids + seq.spec_token_ids this step;
+    the last num_spec_tokens of them are drafts to verify (speculative decoding)."""
 
     seq: Sequence
     start: int
     num_new_tokens: int
+    num_spec_tokens: int = 0
 
     @property
     def completes(self) -> bool:
         """True when the step reaches the sequence's last token, so it yields logits for a new token."""
-        return self.start + self.num_new_tokens == self.seq.num_tokens
+        return self.start + self.num_new_tokens - self.num_spec_tokens == self.seq.num_tokens
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
-            num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            num_new = min(seq.num_tokens + len(seq.spec_token_ids) - seq.num_computed_tokens, budget)
             while not self.block_manager.allocate(seq.request_id, seq.num_computed_tokens + num_new):
                 victim = self.running.pop()
                 self._preempt(victim)
@@ -89,7 +91,8 @@ class Scheduler:
                 if victim is seq:
                     break
             else:
-                scheduled.append(ScheduledSequence(seq, seq.num_computed_tokens, num_new))
+                num_spec = max(0, seq.num_computed_tokens + num_new - seq.num_tokens)  # drafts that fit the budget
+                scheduled.append(ScheduledSequence(seq, seq.num_computed_tokens, num_new, num_spec))
                 budget -= num_new
                 i += 1
         return scheduled, preempted
@@ -133,8 +136,15 @@ class Scheduler:
         self.waiting.appendleft(seq)
 
     def on_step_done(self, output: SchedulerOutput) -> None:
-        """Advance computed counts after the forward pass and publish newly full blocks to the prefix cache."""
+        """Advance computed counts after the forward pass and publish newly full blocks to the prefix cache.
+
+        A sequence that verified drafts must already hold its new tokens: its KV is valid up to (not including) its
+        last token, so rejected drafts' positions are rolled back and their blocks returned.
+        """
         for item in output.scheduled:
             seq = item.seq
             seq.num_computed_tokens = item.start + item.num_new_tokens
+            if item.num_spec_tokens:
+                seq.num_computed_tokens = min(seq.num_computed_tokens, seq.num_tokens - 1)
+                self.block_manager.truncate(seq.request_id, seq.num_computed_tokens)
             self.block_manager.cache_full_blocks(seq.request_id, seq.token_ids, seq.num_computed_tokens)

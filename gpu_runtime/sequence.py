@@ -45,6 +45,8 @@ class Sequence:
     last_token_time: float | None = None
     finished_time: float | None = None
     finish_reason: str | None = None
+    # Speculative decoding: tokens drafted for this step, scored after token_ids (never part of token_ids).
+    spec_token_ids: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.token_ids:

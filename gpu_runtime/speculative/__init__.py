@@ -1,16 +1,4 @@
-"""Speculative decoding: draft proposers (prompt lookup, draft model) and verification against the target."""
-
-from gpu_runtime.speculative.config import SpecMethod, SpeculativeSettings, parse_speculative_config
-from gpu_runtime.speculative.ngram import NgramProposer
-from gpu_runtime.speculative.rejection import VerifyOutput, pad_drafts, rejection_sample, verify_greedy
-
-__all__ = [
-    "NgramProposer",
-    "SpecMethod",
-    "SpeculativeSettings",
-    "VerifyOutput",
-    "pad_drafts",
-    "parse_speculative_config",
-    "rejection_sample",
-    "verify_greedy",
-]
+"""Speculative decoding: settings (config), draft proposers (ngram, draft), verification (rejection), and the
+engine-side orchestration (decoder). Submodules are imported directly: `config` stays free of torch so the engine's
+pure-Python layers can import the settings type.
+"""

@@ -39,6 +39,8 @@ class SpecCounters:
         for n, a in zip(num_draft, num_accepted, strict=True):
             if n == 0:
                 continue
+            if len(self.num_accepted_tokens_per_pos) < n:  # k may grow when speculation is reconfigured
+                self.num_accepted_tokens_per_pos.extend([0] * (n - len(self.num_accepted_tokens_per_pos)))
             self.num_drafts += 1
             self.num_draft_tokens += n
             self.num_accepted_tokens += a
@@ -57,7 +59,8 @@ def _padded(rows: list[torch.Tensor], width: int) -> torch.Tensor:
 class SpeculativeDecoder:
     def __init__(
         self, settings: SpeculativeSettings, block_manager: BlockManager, max_model_len: int,
-        probs_fn: ProbsFn, generator_fn: GeneratorFn, draft: DraftModelProposer | None = None,
+        probs_fn: ProbsFn, generator_fn: GeneratorFn, counters: SpecCounters,
+        draft: DraftModelProposer | None = None,
     ) -> None:
         if (settings.method is SpecMethod.DRAFT_MODEL) != (draft is not None):
             raise ValueError("a draft proposer is needed exactly when the method is draft_model")
@@ -69,7 +72,7 @@ class SpeculativeDecoder:
         self._probs_fn = probs_fn
         self._generator_fn = generator_fn
         self._draft_probs: dict[str, torch.Tensor] = {}
-        self.counters = SpecCounters(num_accepted_tokens_per_pos=[0] * settings.num_speculative_tokens)
+        self.counters = counters
 
     def _max_draft(self, seq: Sequence) -> int:
         """At most k, and never so many that accepting all (+1 bonus) would pass max_tokens or max_model_len."""

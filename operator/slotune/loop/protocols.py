@@ -14,10 +14,7 @@ from typing import Protocol
 from slotune.knobs import RuntimeConfig
 from slotune.loop.state import TuningState
 from slotune.metrics.snapshot import MetricsSnapshot
-
-
-class MetricsUnavailable(RuntimeError):
-    """The measurement source could not produce a window (Prometheus down, scrape failing, no traffic)."""
+from slotune.metrics.window import MetricsUnavailable  # noqa: F401  (re-exported: one exception for every source)
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 
 from slotune.knobs import RuntimeConfig
 from slotune.loadgen.workload import WorkloadSpec
-from slotune.loop.protocols import ApplyResult, MetricsUnavailable
+from slotune.loop.protocols import ApplyResult
 from slotune.metrics.snapshot import MetricsSnapshot
+from slotune.metrics.window import MetricsUnavailable, UnavailableReason
 from slotune.perfmodel.deployment import Deployment
 from slotune.simulator.cluster import simulate_workload
 
@@ -44,7 +45,7 @@ class SimulatedDeployment:
 
     def measure(self, window_s: float) -> MetricsSnapshot:
         if self.running is None:
-            raise MetricsUnavailable("no runtime is serving")
+            raise MetricsUnavailable(UnavailableReason.UNREACHABLE, "no runtime is serving")
         self.windows += 1
         seed = self.seed if self.replay else self.seed * 100_003 + self.windows
         return simulate_workload(self.deployment, self.running, self.workload, self.requests_per_window, seed=seed,

@@ -1,0 +1,121 @@
+"""The tuning strategies compared, each given the same budget of applied configurations.
+
+- slotune: `slotune.loop.Tuner` against the simulated deployment (diagnose, change one knob, verify).
+- grid: a coarse sweep of the whole space, as vLLM's auto_tune sweeps max_num_seqs x max_num_batched_tokens: `budget`
+  points evenly spaced through the space's product order.
+- random: uniform samples of the space without replacement.
+- tpe: Optuna's Tree-structured Parzen Estimator (Bergstra et al. 2011) over the same categorical space, maximising
+  goodput (SLO-violating configs ranked by how far they miss).
+Every strategy's trace is the list of configurations it applied, with each one's evaluation.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+import optuna
+
+from slotune.api.status import Phase
+from slotune.knobs import RuntimeConfig
+from slotune.loop import ApplyResult, MemoryStateStore, Tuner, TuningProblem
+from slotune.metrics.snapshot import MetricsSnapshot
+from slotune.metrics.window import MetricsUnavailable, UnavailableReason
+from slotune.tunerbench.evaluator import Evaluation, Evaluator
+from slotune.tunerbench.space import all_configs, config_of, dimensions
+
+
+@dataclass
+class Trace:
+    strategy: str
+    applied: list[Evaluation] = field(default_factory=list)
+    final: RuntimeConfig | None = None
+    declared_infeasible: bool = False
+    regressions: int = 0  # applied configs that scored below the config serving just before them
+
+
+@dataclass
+class _EvaluatedDeployment:
+    """Backend and measurement source for the loop, served from the evaluator's cache (replayed windows)."""
+
+    evaluator: Evaluator
+    trace: Trace
+    running: RuntimeConfig | None = None
+
+    def apply(self, config: RuntimeConfig) -> ApplyResult:
+        evaluation = self.evaluator.evaluate(config)
+        if self.running is not None and config != self.running and config.key() not in _seen(self.trace):
+            self.trace.applied.append(evaluation)
+            self.trace.regressions += evaluation.score < self.evaluator.evaluate(self.running).score
+        if not evaluation.starts:
+            return ApplyResult.failure(self.evaluator.deployment.startup_error(config) or "failed", crashed=True)
+        self.running = config
+        return ApplyResult.success()
+
+    def ready(self) -> bool:
+        return self.running is not None
+
+    def measure(self, window_s: float) -> MetricsSnapshot:
+        if self.running is None:
+            raise MetricsUnavailable(UnavailableReason.UNREACHABLE, "nothing is running")
+        snapshot = self.evaluator.evaluate(self.running).snapshot
+        assert snapshot is not None
+        return snapshot
+
+
+def _seen(trace: Trace) -> set[str]:
+    return {e.config.key() for e in trace.applied}
+
+
+def run_slotune(evaluator: Evaluator, budget: int) -> Trace:
+    scenario = evaluator.scenario
+    trace = Trace("slotune")
+    tuning = scenario.tuning.model_copy(update={"max_iterations": budget, "cooldown_s": 0.0, "min_samples": 10})
+    problem = TuningProblem(scenario.slo, tuning, evaluator.deployment, scenario.start, scenario.workload)
+    backend = _EvaluatedDeployment(evaluator, trace)
+    state = Tuner(problem, backend, backend, MemoryStateStore()).run(max_windows=3 * budget + 4)
+    trace.final = state.best if state.phase is Phase.INFEASIBLE and state.best else state.current
+    trace.declared_infeasible = state.phase is Phase.INFEASIBLE
+    return trace
+
+
+def run_grid(evaluator: Evaluator, budget: int) -> Trace:
+    space = all_configs(evaluator.scenario)
+    picks = np.unique(np.linspace(0, len(space) - 1, min(budget, len(space))).round().astype(int))
+    return _trace("grid", evaluator, [space[i] for i in picks])
+
+
+def run_random(evaluator: Evaluator, budget: int, seed: int = 0) -> Trace:
+    space = all_configs(evaluator.scenario)
+    return _trace("random", evaluator, random.Random(seed).sample(space, min(budget, len(space))))
+
+
+def run_tpe(evaluator: Evaluator, budget: int, seed: int = 0) -> Trace:
+    dims = dimensions(evaluator.scenario)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
+    tried: list[RuntimeConfig] = []
+    for _ in range(budget):
+        trial = study.ask()
+        choice = {d.knob: d.values[trial.suggest_categorical(d.knob.value, list(range(len(d.values))))]
+                  for d in dims}
+        config = config_of(evaluator.scenario, choice)
+        tried.append(config)
+        study.tell(trial, evaluator.evaluate(config).score)
+    return _trace("tpe", evaluator, tried)
+
+
+def _trace(name: str, evaluator: Evaluator, configs: list[RuntimeConfig]) -> Trace:
+    trace = Trace(name)
+    trace.applied = [evaluator.evaluate(c) for c in configs]
+    previous = evaluator.evaluate(evaluator.scenario.start)
+    for evaluation in trace.applied:
+        trace.regressions += evaluation.score < previous.score
+        previous = evaluation
+    best = max(trace.applied, key=lambda e: e.score, default=None)
+    trace.final = best.config if best is not None else None
+    return trace
+
+
+STRATEGIES = {"slotune": run_slotune, "grid": run_grid, "random": run_random, "tpe": run_tpe}

@@ -1,0 +1,57 @@
+"""`slotune operator`: run the kopf operator in-process (liveness endpoint, peering, namespaces from settings).
+
+Every flag mirrors an environment variable of the operator <-> chart contract and wins over it. Operator replicas
+share one kopf peering and take random priorities, so exactly one (the highest) is active and the others stand by.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import secrets
+
+from slotune.controller.settings import env_names, load_settings
+
+_FLAGS = {
+    "prometheus_url": "Prometheus base URL; empty: no tuning, MetricsAvailable=False (NoPrometheus)",
+    "runtime_image": "builtin runtime image (CUDA)",
+    "runtime_image_cpu": "builtin runtime image for accelerator cpu",
+    "vllm_image": "image for runtime.engine vllm",
+    "watch_namespaces": "comma-separated namespaces to serve; empty: all",
+    "peering": "kopf peering name shared by the operator replicas; empty: standalone (one replica only)",
+    "log_level": "DEBUG, INFO, WARNING or ERROR",
+    "liveness_endpoint": "liveness URL kopf serves (default http://0.0.0.0:8080/healthz); empty: none",
+    "admin_transport": "how /admin/config is reached: direct (pod IP) or proxy (API server pod proxy)",
+    "pod_endpoints_file": "test harness only: JSON {NAMESPACE/POD: URL} overriding where pods are reached",
+    "tick_s": "seconds between two steps of a TunedModel's tuning loop",
+    "rollout_timeout_s": "longest wait for a rollout before a change counts as failed",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    variables = env_names()
+    for name, text in _FLAGS.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None,
+                            help=f"{text} (env {variables[name]})")
+
+
+def run(args: argparse.Namespace) -> int:
+    # Flags win over the environment; the handlers read the settings from the environment at start-up.
+    for name, variable in env_names().items():
+        if (value := getattr(args, name, None)) is not None:
+            os.environ[variable] = value
+    settings = load_settings()
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    import kopf
+
+    import slotune.controller.handlers  # noqa: F401  (registers the handlers with kopf)
+
+    namespaces = settings.watch_namespaces
+    asyncio.run(kopf.operator(
+        clusterwide=not namespaces, namespaces=namespaces, standalone=not settings.peering,
+        peering_name=settings.peering or None, priority=secrets.randbelow(2**31 - 1) + 1,
+        liveness_endpoint=settings.liveness_endpoint or None,
+    ))
+    return 0

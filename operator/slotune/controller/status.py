@@ -1,0 +1,146 @@
+"""A TunedModel's status on the API server: conditions, phase, observed window, history, and the loop's own state.
+
+`status_body` renders the user-facing status (slotune.loop's `TuningState.to_status()` plus the five conditions);
+`StatusStateStore` is the loop's `StateStore` on Kubernetes: it writes that body through the status subresource
+together with the full `TuningState` as a JSON string under `status.kopf.slotuneState` (the one field the CRD's
+structural schema leaves open, `x-kubernetes-preserve-unknown-fields`), keyed by the spec generation it was tuned
+for, so a restarted operator resumes where the last one stopped and a changed spec starts over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from slotune.api import Condition, ConditionStatus, ConditionType, Phase, TunedModel
+from slotune.backends.kube_api import KubeAPI, object_path
+from slotune.loop.state import TuningState
+from slotune.metrics.window import UnavailableReason
+
+STATE_KEY = "slotuneState"
+_TUNING_PHASES = frozenset({Phase.MEASURING, Phase.TUNING, Phase.VERIFYING})
+
+
+@dataclass(frozen=True)
+class Health:
+    """What the loop's state does not say: is the Deployment serving, and why metrics are missing."""
+
+    ready: bool
+    ready_message: str = ""
+    metrics_reason: UnavailableReason | None = None
+    no_prometheus: bool = False
+    tuning_enabled: bool = True
+
+
+def _status(flag: bool | None) -> ConditionStatus:
+    return ConditionStatus.UNKNOWN if flag is None else ConditionStatus.TRUE if flag else ConditionStatus.FALSE
+
+
+def _metrics_reason(state: TuningState, health: Health) -> str:
+    if health.no_prometheus:
+        return "NoPrometheus"
+    if state.metrics_available:
+        return "WindowMeasured"
+    return {UnavailableReason.TOO_FEW_SAMPLES: "TooFewSamples", UnavailableReason.NOT_EXPOSED: "NoSeries",
+            UnavailableReason.UNREACHABLE: "PrometheusUnreachable"}.get(health.metrics_reason, "Unavailable")
+
+
+def wanted_conditions(state: TuningState, health: Health) -> list[tuple[ConditionType, bool | None, str, str]]:
+    """(type, status, reason, message) of each condition, derived from the state and the Deployment's health."""
+    tuning = health.tuning_enabled and state.phase in _TUNING_PHASES
+    tuning_reason = "Off" if not health.tuning_enabled else state.phase.value
+    degraded = state.phase is Phase.DEGRADED
+    metrics = False if health.no_prometheus else state.metrics_available
+    slo_reason = "Unmeasured" if state.slo_met is None else "TargetsMet" if state.slo_met else "TargetsMissed"
+    return [
+        (ConditionType.READY, health.ready, "RolloutComplete" if health.ready else "NotReady", health.ready_message),
+        (ConditionType.SLO_MET, state.slo_met, slo_reason, _slo_message(state)),
+        (ConditionType.TUNING, tuning, tuning_reason, state.message),
+        (ConditionType.METRICS_AVAILABLE, metrics, _metrics_reason(state, health),
+         "" if metrics else state.message),
+        (ConditionType.DEGRADED, degraded, "ChangeFailed" if degraded else "Healthy",
+         state.message if degraded else ""),
+    ]
+
+
+def _slo_message(state: TuningState) -> str:
+    if state.observed is None:
+        return "no window measured yet"
+    ttft, tpot = state.observed.ttft.p99_ms, state.observed.tpot.p99_ms
+    return f"last window: {state.observed.num_requests} requests, TTFT P99 {_ms(ttft)}, TPOT P99 {_ms(tpot)}"
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f} ms"
+
+
+def conditions(state: TuningState, health: Health, previous: list[Condition], generation: int | None,
+               now: datetime) -> list[Condition]:
+    """The conditions, keeping lastTransitionTime where a condition's status did not change."""
+    before = {c.type: c for c in previous}
+    found = []
+    for kind, flag, reason, message in wanted_conditions(state, health):
+        status = _status(flag)
+        old = before.get(kind)
+        since = old.last_transition_time if old is not None and old.status is status else now
+        found.append(Condition(type=kind, status=status, reason=reason, message=message[:32768],
+                               last_transition_time=since, observed_generation=generation))
+    return found
+
+
+def status_body(state: TuningState, health: Health, previous: list[Condition], generation: int | None,
+                now: datetime | None = None) -> dict[str, Any]:
+    """The status subresource's content for `state` (wire form, camelCase), conditions included."""
+    old = previous
+    status = state.to_status().model_copy(update={
+        "observed_generation": generation,
+        "conditions": conditions(state, health, old, generation, now or datetime.now(UTC)),
+    })
+    body = status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    # A merge patch leaves absent keys alone: say explicitly what is gone, so status never shows a stale value.
+    for key in ("observed", "diagnosis", "bestConfig", "sloMet"):
+        body.setdefault(key, None)
+    return body
+
+
+class StatusStateStore:
+    """The loop's StateStore, kept in the TunedModel's status. `health` is read at every save."""
+
+    def __init__(self, api: KubeAPI, tm: TunedModel, health: Callable[[], Health],
+                 on_saved: Callable[[TuningState | None, TuningState], None] | None = None) -> None:
+        self.api = api
+        self.namespace = tm.metadata.namespace or "default"
+        self.name = tm.metadata.name
+        self.generation = tm.metadata.generation
+        self._health = health
+        self._on_saved = on_saved or (lambda before, after: None)
+        self._last: TuningState | None = None
+
+    @property
+    def path(self) -> str:
+        return object_path("TunedModel", self.namespace, self.name) + "/status"
+
+    def _read(self) -> dict[str, Any]:
+        found = self.api.get(object_path("TunedModel", self.namespace, self.name))
+        return (found or {}).get("status") or {}
+
+    def load(self) -> TuningState | None:
+        saved = ((self._read().get("kopf") or {}).get(STATE_KEY)) or {}
+        if not saved or saved.get("generation") != self.generation:
+            return None  # never tuned, or tuned for an older spec: start over
+        self._last = TuningState.from_json(saved["state"])
+        return self._last
+
+    def save(self, state: TuningState) -> None:
+        previous = [Condition.model_validate(c) for c in self._read().get("conditions") or []]
+        body = status_body(state, self._health(), previous, self.generation)
+        body["kopf"] = {STATE_KEY: {"generation": self.generation, "state": state.to_json()}}
+        self.api.merge_patch(self.path, {"status": body})
+        before, self._last = self._last, state
+        self._on_saved(before, state)
+
+    def last(self) -> TuningState | None:
+        return self._last
+

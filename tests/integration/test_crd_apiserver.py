@@ -16,13 +16,18 @@ from slotune.api import (
     PLURAL,
     VERSION,
     DiagnosisReport,
+    FieldError,
+    InvalidTunedModel,
     Observed,
     Percentiles,
     Phase,
+    TunedModelSpec,
     TunedModelStatus,
     load_tunedmodel,
     parse_tunedmodel,
 )
+from slotune.api.rules import ApiModel
+from slotune.api.schema import reachable_models
 from slotune.crdgen import CRD_PATH
 from slotune.knobs import RuntimeConfig
 from tests.unit.api_cases import EXAMPLES, invalid_cases
@@ -60,12 +65,26 @@ def test_example_applies_and_reads_back_with_the_same_defaults_as_python(cluster
     assert parse_tunedmodel(stored).spec == local.spec
 
 
+OWN_RULE_MESSAGES = tuple(r.message for m in reachable_models(TunedModelSpec).values() if issubclass(m, ApiModel)
+                          for r in m.RULES)
+
+
+def python_error(case) -> FieldError:
+    with pytest.raises(InvalidTunedModel) as refused:
+        parse_tunedmodel(case.manifest)
+    return next(e for e in refused.value.errors if e.path == case.path)
+
+
 @pytest.mark.parametrize("case", invalid_cases(), ids=lambda c: c.name)
 def test_invalid_manifest_is_refused_naming_field_and_rule(cluster, case) -> None:
     result = cluster.kubectl("create", "-n", NAMESPACE, "-f", "-", input=json.dumps(case.manifest), check=False)
     assert result.returncode != 0, f"{case.name} was accepted"
     assert case.path in result.stderr and case.server_message in result.stderr, result.stderr
     assert cluster.kubectl("get", "tm", case.name, "-n", NAMESPACE, check=False).returncode != 0
+    local = python_error(case)
+    if local.message.startswith(OWN_RULE_MESSAGES):
+        # One Rule, two enforcers: the API server's line is the loader's, values included.
+        assert f'{case.path}: Invalid value: "object": {local.message}' in result.stderr, result.stderr
 
 
 def explain(cluster: kwok_cluster.Cluster, field: str, timeout_s: float = 60) -> str:

@@ -111,7 +111,8 @@ def test_cel_rules_and_field_paths_name_fields_that_exist() -> None:
     checked = 0
     for path, node in walk(root_schema()["properties"]["spec"], "spec"):
         for validation in node.get("x-kubernetes-validations", []):
-            for ref in re.findall(r"self((?:\.[A-Za-z_][A-Za-z0-9_]*)+)", validation["rule"]):
+            cel = validation["rule"] + validation.get("messageExpression", "")
+            for ref in re.findall(r"self((?:\.[A-Za-z_][A-Za-z0-9_]*)+)", cel):
                 fields = [f for f in ref.lstrip(".").split(".") if f not in ("startsWith", "exists", "all", "matches")]
                 assert resolve(node, ".".join(fields)) is not None, f"{path}: {validation['rule']} names {ref}"
                 checked += 1

@@ -36,18 +36,54 @@ def wire_name(name: str) -> str:
 
 @dataclass(frozen=True)
 class Rule:
-    """One cross-field rule: CEL for the API server, a predicate for Python, one message for both."""
+    """One cross-field rule: CEL for the API server, a predicate for Python, one message for both.
+
+    `values` are CEL paths (`self.replicas`) whose values both enforcers append to the message, so the user sees
+    what they wrote next to the rule it broke; the API server gets them through `messageExpression`.
+    """
 
     cel: str
     message: str
     field_path: str = ""  # relative to the object the rule sits on, e.g. ".tuning.bounds.maxReplicas"
     holds: Callable[[Any], bool] | None = None  # None: a foreign model's own validator enforces it
+    values: tuple[str, ...] = ()
 
     def schema(self) -> dict[str, str]:
         entry = {"rule": self.cel, "message": self.message}
+        if self.values:
+            # format(), not string() and +: the API server's cost estimate refuses string() of a number.
+            assert not {"'", "%"} & set(self.message), "messages are embedded in a CEL format string"
+            shown = ", ".join(f"{_label(path)}: %s" for path in self.values)
+            entry["messageExpression"] = f"'{self.message} ({shown})'.format([{', '.join(self.values)}])"
         if self.field_path:
             entry |= {"fieldPath": self.field_path, "reason": "FieldValueInvalid"}
         return entry
+
+    def explain(self, model: BaseModel) -> str:
+        """The message with the values the user wrote, worded as the API server's messageExpression words it."""
+        if not self.values:
+            return self.message
+        shown = ", ".join(f"{_label(path)}: {_show(_lookup(model, path))}" for path in self.values)
+        return f"{self.message} ({shown})"
+
+
+def _label(path: str) -> str:
+    return path.removeprefix("self.")
+
+
+def _lookup(model: Any, path: str) -> Any:
+    """Follow a CEL path of wire names (`self.tuning.bounds.maxReplicas`) through the models."""
+    for name in _label(path).split("."):
+        fields = type(model).model_fields
+        model = getattr(model, next(f for f, info in fields.items() if name in (f, info.alias)))
+    return model
+
+
+def _show(value: Any) -> str:
+    # CEL's %s prints doubles in shortest form (600, 0.05, 812.5) and enums as their string value.
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return str(getattr(value, "value", value))
 
 
 class ApiModel(BaseModel):
@@ -59,7 +95,8 @@ class ApiModel(BaseModel):
     def _check_rules(self) -> Self:
         for rule in self.RULES:
             if rule.holds is not None and not rule.holds(self):
-                raise PydanticCustomError(RULE_ERROR, rule.message, {"field_path": rule.field_path})
+                raise PydanticCustomError(RULE_ERROR, "{message}", {"message": rule.explain(self),
+                                                                    "field_path": rule.field_path})
         return self
 
 
@@ -70,9 +107,9 @@ def _ordered(low: str, high: str) -> str:
 FOREIGN_RULES: dict[type[BaseModel], tuple[Rule, ...]] = {
     PercentileTargets: (
         Rule("has(self.p50) || has(self.p95) || has(self.p99)", "set at least one of p50, p95, p99"),
-        Rule(_ordered("p50", "p95"), "p50 must not exceed p95"),
-        Rule(_ordered("p95", "p99"), "p95 must not exceed p99"),
-        Rule(_ordered("p50", "p99"), "p50 must not exceed p99"),
+        Rule(_ordered("p50", "p95"), "p50 must not exceed p95", values=("self.p50", "self.p95")),
+        Rule(_ordered("p95", "p99"), "p95 must not exceed p99", values=("self.p95", "self.p99")),
+        Rule(_ordered("p50", "p99"), "p50 must not exceed p99", values=("self.p50", "self.p99")),
     ),
     SLOSpec: (
         Rule("has(self.ttft) || has(self.tpot) || has(self.e2e)", "set at least one SLO target: ttft, tpot or e2e"),

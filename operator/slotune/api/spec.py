@@ -113,7 +113,7 @@ class HardwareSpec(ApiModel):
 
     RULES = (
         Rule("self.accelerator == 'cpu' || self.count >= 1", "count must be at least 1 for a GPU accelerator",
-             ".count", lambda h: h.accelerator is Accelerator.CPU or h.count >= 1),
+             ".count", lambda h: h.accelerator is Accelerator.CPU or h.count >= 1, ("self.count",)),
         Rule("self.accelerator != 'cpu' || !has(self.interconnect)", "interconnect applies to GPUs only: remove it "
              "for cpu", ".interconnect", lambda h: h.accelerator is not Accelerator.CPU or h.interconnect is None),
     )
@@ -161,6 +161,10 @@ def _bounds_hold(spec: Any, knob: str) -> bool:
     return bounds.min <= getattr(spec.runtime.config, knob) <= bounds.max
 
 
+def _range_values(knob: str) -> tuple[str, ...]:
+    return f"self.runtime.config.{knob}", f"self.tuning.bounds.{knob}.min", f"self.tuning.bounds.{knob}.max"
+
+
 def _in_range(knob: str) -> str:
     value, bounds = f"self.runtime.config.{knob}", f"self.tuning.bounds.{knob}"
     return f"{value} >= {bounds}.min && {value} <= {bounds}.max"
@@ -182,25 +186,29 @@ class TunedModelSpec(ApiModel):
     RULES = (
         Rule("!has(self.tuning.bounds.maxReplicas) || self.tuning.bounds.maxReplicas >= self.replicas",
              "maxReplicas must be at least spec.replicas", ".tuning.bounds.maxReplicas",
-             lambda s: s.tuning.bounds.max_replicas is None or s.tuning.bounds.max_replicas >= s.replicas),
+             lambda s: s.tuning.bounds.max_replicas is None or s.tuning.bounds.max_replicas >= s.replicas,
+             ("self.tuning.bounds.maxReplicas", "self.replicas")),
         Rule("self.replicas >= self.tuning.bounds.minReplicas", "replicas must be at least tuning.bounds.minReplicas",
-             ".replicas", lambda s: s.replicas >= s.tuning.bounds.min_replicas),
+             ".replicas", lambda s: s.replicas >= s.tuning.bounds.min_replicas,
+             ("self.replicas", "self.tuning.bounds.minReplicas")),
         Rule("!('draft_model' in self.tuning.bounds.speculativeMethods) || has(self.model.draftModel)",
              "speculative method draft_model needs spec.model.draftModel: set it or allow only ngram",
              ".tuning.bounds.speculativeMethods",
              lambda s: SpeculativeMethod.DRAFT_MODEL not in s.tuning.bounds.speculative_methods
              or s.model.draft_model is not None),
         Rule(_in_range("maxNumSeqs"), "runtime.config.maxNumSeqs must lie within tuning.bounds.maxNumSeqs",
-             ".runtime.config.maxNumSeqs", lambda s: _bounds_hold(s, "max_num_seqs")),
+             ".runtime.config.maxNumSeqs", lambda s: _bounds_hold(s, "max_num_seqs"), _range_values("maxNumSeqs")),
         Rule(_in_range("maxNumBatchedTokens"),
              "runtime.config.maxNumBatchedTokens must lie within tuning.bounds.maxNumBatchedTokens",
-             ".runtime.config.maxNumBatchedTokens", lambda s: _bounds_hold(s, "max_num_batched_tokens")),
+             ".runtime.config.maxNumBatchedTokens", lambda s: _bounds_hold(s, "max_num_batched_tokens"),
+             _range_values("maxNumBatchedTokens")),
         Rule("!has(self.model.maxModelLen) || self.runtime.config.enableChunkedPrefill"
              " || self.runtime.config.maxNumBatchedTokens >= self.model.maxModelLen",
              "without chunked prefill maxNumBatchedTokens must be at least model.maxModelLen (a whole prompt per "
              "step): raise it or enable chunked prefill", ".runtime.config.maxNumBatchedTokens",
              lambda s: s.model.max_model_len is None or s.runtime.config.enable_chunked_prefill
-             or s.runtime.config.max_num_batched_tokens >= s.model.max_model_len),
+             or s.runtime.config.max_num_batched_tokens >= s.model.max_model_len,
+             ("self.runtime.config.maxNumBatchedTokens", "self.model.maxModelLen")),
         Rule("!self.model.source.startsWith('builtin://') || self.runtime.engine == 'builtin'",
              "builtin:// models are built by the builtin engine only: set runtime.engine builtin",
              ".runtime.engine",

@@ -45,7 +45,10 @@ class IntRange(ApiModel):
     min: int = Field(ge=1, le=1048576, description="Smallest value the tuner may set.")
     max: int = Field(ge=1, le=1048576, description="Largest value the tuner may set.")
 
-    RULES = (Rule("self.min <= self.max", "min must not exceed max", ".min", lambda r: r.min <= r.max),)
+    RULES = (
+        Rule("self.min <= self.max", "min must not exceed max", ".min", lambda r: r.min <= r.max,
+             ("self.min", "self.max")),
+    )
 
 
 class KnobBounds(ApiModel):
@@ -71,9 +74,11 @@ class KnobBounds(ApiModel):
 
     RULES = (
         Rule("!has(self.maxReplicas) || self.minReplicas <= self.maxReplicas", "minReplicas must not exceed "
-             "maxReplicas", ".minReplicas", lambda b: b.max_replicas is None or b.min_replicas <= b.max_replicas),
+             "maxReplicas", ".minReplicas", lambda b: b.max_replicas is None or b.min_replicas <= b.max_replicas,
+             ("self.minReplicas", "self.maxReplicas")),
         Rule("self.numSpeculativeTokens.max <= 16", "numSpeculativeTokens.max must be at most 16",
-             ".numSpeculativeTokens.max", lambda b: b.num_speculative_tokens.max <= 16),
+             ".numSpeculativeTokens.max", lambda b: b.num_speculative_tokens.max <= 16,
+             ("self.numSpeculativeTokens.max",)),
     )
 
 

@@ -50,7 +50,9 @@ class TunedModel(BaseModel):
         """The manifest as the API server stores it: camelCase, defaults filled in, absent fields left out."""
         # spec.runtime.config.replicas is not part of the API: spec.replicas says how many replicas start.
         omit = {"spec": {"runtime": {"config": {"replicas"}}}}
-        return self.model_dump(by_alias=True, mode="json", exclude_none=True, exclude=omit)
+        body = self.model_dump(by_alias=True, mode="json", exclude_none=True, exclude=omit)
+        body["metadata"] = {k: v for k, v in body["metadata"].items() if v != {}}
+        return body
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,8 @@ class TuningProblem:
 
     @classmethod
     def from_spec(cls, spec: TunedModelSpec, model: ModelProfile) -> TuningProblem:
-        deployment = Deployment(model, accelerator(spec.hardware.accelerator.value), spec.hardware.count,
+        # count is 0 for cpu (no accelerator to request); the roofline still runs on one device.
+        deployment = Deployment(model, accelerator(spec.hardware.accelerator.value), max(spec.hardware.count, 1),
                                 max_model_len=spec.model.max_model_len or 8192)
         initial = spec.runtime.config.with_changes(replicas=spec.replicas)
         return cls(spec.slo, spec.tuning, deployment, initial, spec.workload)

@@ -1,6 +1,7 @@
 """The monitoring that ships with the chart, against a real Prometheus: the Grafana dashboard's queries, run on the
 two recorded vLLM scrapes, give the numbers the operator's own scrape path reads from the same text; and the
-Prometheus scrape job's relabeling keeps exactly the runtime pods the operator labels.
+Prometheus scrape job's relabeling keeps exactly the runtime pods the operator labels (labels taken from the operator's
+own Deployment builder) and gives them the `namespace` and `deployment` labels the operator's PromQL selects on.
 
 The Debian Prometheus here is built without Kubernetes service discovery, so the scrape job runs with file-based
 discovery that hands Prometheus the `__meta_kubernetes_pod_*` labels its pod role would produce; the relabel rules
@@ -9,6 +10,7 @@ are the file's own, evaluated by Prometheus."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import threading
@@ -21,10 +23,15 @@ import httpx
 import pytest
 import yaml
 
+from slotune.api import parse_tunedmodel
+from slotune.controller.settings import OperatorSettings
+from slotune.knobs import RuntimeConfig
 from slotune.metrics.exposition import Exposition
 from slotune.metrics.names import Engine, names_for
+from slotune.metrics.promql import Selector
 from slotune.metrics.scrape import readings_from_scrapes
 from slotune.metrics.snapshot import MetricsSnapshot, Source
+from slotune.resources import ChildNames, build_deployment
 from tests.harness.ports import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,27 +159,39 @@ def write_prometheus_config(workdir: Path, targets_file: Path) -> Path:
     return config
 
 
-def pod_target(address: str, pod: str, *, name: str = "slotune-runtime", managed_by: str = "slotune",
-               port_name: str = "http", phase: str = "Running") -> dict:
-    """The labels Prometheus' Kubernetes pod discovery gives one container port of a pod."""
-    return {"targets": [address], "labels": {
+def runtime_pod_labels(name: str = "llama", namespace: str = "demo") -> dict[str, str]:
+    """The pod labels the operator gives a TunedModel's runtime pods (slotune.resources, the real builder)."""
+    tm = parse_tunedmodel({
+        "apiVersion": "slotune.io/v1alpha1", "kind": "TunedModel",
+        "metadata": {"name": name, "namespace": namespace, "uid": "0000-uid"},
+        "spec": {"model": {"name": "llama", "source": "hf://org/llama"},
+                 "hardware": {"accelerator": "nvidia-h100-80gb", "count": 1}, "slo": {"ttft": {"p99": 500}}},
+    })
+    deployment = build_deployment(tm, RuntimeConfig(), OperatorSettings())
+    return deployment["spec"]["template"]["metadata"]["labels"]
+
+
+def pod_target(address: str, pod: str, pod_labels: dict[str, str], *, port_name: str = "http",
+               phase: str = "Running") -> dict:
+    """The labels Prometheus' Kubernetes pod discovery gives one container port of a pod in namespace demo."""
+    meta = {"__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", key): value
+            for key, value in pod_labels.items()}
+    return {"targets": [address], "labels": meta | {
         "__meta_kubernetes_namespace": "demo", "__meta_kubernetes_pod_name": pod,
         "__meta_kubernetes_pod_phase": phase, "__meta_kubernetes_pod_container_port_name": port_name,
-        "__meta_kubernetes_pod_label_app_kubernetes_io_name": name,
-        "__meta_kubernetes_pod_label_app_kubernetes_io_managed_by": managed_by,
-        "__meta_kubernetes_pod_label_slotune_io_tunedmodel": "llama",
     }}
 
 
 @pytest.fixture
 def scrape_job_prometheus(tmp_path: Path) -> Iterator[str]:
     targets = tmp_path / "targets.json"
+    runtime = runtime_pod_labels()
     targets.write_text(json.dumps([
-        pod_target("10.0.0.1:8000", "llama-runtime-1"),
-        pod_target("10.0.0.1:9000", "llama-runtime-1", port_name="debug"),
-        pod_target("10.0.0.2:8000", "llama-runtime-2", phase="Pending"),
-        pod_target("10.0.0.3:8000", "other-app", name="other"),
-        pod_target("10.0.0.4:8000", "lookalike", managed_by="Helm"),
+        pod_target("10.0.0.1:8000", "llama-runtime-1", runtime),
+        pod_target("10.0.0.1:9000", "llama-runtime-1", runtime, port_name="debug"),
+        pod_target("10.0.0.2:8000", "llama-runtime-2", runtime, phase="Pending"),
+        pod_target("10.0.0.3:8000", "other-app", {"app.kubernetes.io/name": "other"}),
+        pod_target("10.0.0.4:8000", "lookalike", runtime | {"app.kubernetes.io/managed-by": "Helm"}),
     ]))
     port = free_port()
     log = (tmp_path / "prometheus.log").open("wb")
@@ -197,6 +216,9 @@ def test_scrape_job_keeps_only_running_runtime_pods_on_their_http_port(scrape_jo
     active = targets()["activeTargets"]
     assert [t["labels"] for t in active] == [{
         "instance": "10.0.0.1:8000", "job": "slotune-runtime", "namespace": "demo", "pod": "llama-runtime-1",
-        "tunedmodel": "llama",
+        "tunedmodel": "llama", "deployment": "llama-runtime",
     }]
     assert active[0]["scrapeUrl"] == "http://10.0.0.1:8000/metrics"
+    # The operator finds these series with exactly this selector.
+    operator_selector = Selector(namespace="demo", deployment=ChildNames("llama").deployment)
+    assert operator_selector.promql("model_name") == '{namespace="demo",deployment="llama-runtime"}'

@@ -16,6 +16,10 @@ import pytest
 import yaml
 
 import kwok_cluster
+from slotune.api import parse_tunedmodel
+from slotune.controller.settings import load_settings
+from slotune.knobs import RuntimeConfig
+from slotune.resources import build_deployment, build_secret, build_service
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "slotune"
@@ -142,3 +146,24 @@ def test_notes_example_is_accepted_by_the_installed_crd(installed: kwok_cluster.
     assert block is not None
     out = dry_run_server(installed, textwrap.dedent(block.group(1)))
     assert "tunedmodel.slotune.io/llama-8b created (server dry run)" in out
+
+
+@pytest.mark.parametrize("engine", ["builtin", "vllm"])
+def test_runtime_children_rendered_with_the_charts_settings_pass_a_server_side_dry_run(
+    installed: kwok_cluster.Cluster, engine: str,
+) -> None:
+    deployment = json.loads(installed.kubectl("get", "-n", NAMESPACE, "deployment/slotune-operator",
+                                              "-o", "json").stdout)
+    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    settings = load_settings(environ={e["name"]: e.get("value", "") for e in env})  # the API drops ""
+    installed.kubectl("create", "namespace", "team-a", check=False)
+    tm = parse_tunedmodel({
+        "apiVersion": "slotune.io/v1alpha1", "kind": "TunedModel",
+        "metadata": {"name": f"chat-{engine}", "namespace": "team-a", "uid": "0000-uid"},
+        "spec": {"model": {"name": "llama", "source": "hf://meta-llama/Llama-3.1-8B-Instruct"},
+                 "hardware": {"accelerator": "nvidia-h100-80gb", "count": 1}, "slo": {"ttft": {"p99": 500}},
+                 "runtime": {"engine": engine}},
+    })
+    children = [build_deployment(tm, RuntimeConfig(), settings), build_service(tm), build_secret(tm, "t0ken")]
+    out = dry_run_server(installed, "\n---\n".join(json.dumps(c) for c in children))
+    assert f"deployment.apps/chat-{engine}-runtime created (server dry run)" in out

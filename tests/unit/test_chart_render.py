@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "slotune"
 CONTRACT_ENV = {
     "SLOTUNE_PROMETHEUS_URL", "SLOTUNE_RUNTIME_IMAGE", "SLOTUNE_RUNTIME_IMAGE_CPU", "SLOTUNE_VLLM_IMAGE",
-    "SLOTUNE_WATCH_NAMESPACES", "SLOTUNE_PEERING", "SLOTUNE_LOG_LEVEL",
+    "SLOTUNE_WATCH_NAMESPACES", "SLOTUNE_PEERING", "SLOTUNE_LOG_LEVEL", "SLOTUNE_ADMIN_TRANSPORT",
 }
 
 
@@ -84,12 +84,13 @@ def test_values_reach_the_operator_environment(helm_binary: Path) -> None:
         "--set", "runtime.image=registry.example/rt:1", "--set", "runtime.imageCpu=registry.example/rt:1-cpu",
         "--set", "runtime.vllmImage=registry.example/vllm:2", "--set", "logLevel=DEBUG",
         "--set", "peering.name=team-a", "--set", "image.tag=9.9.9", "--set", "replicas=2",
+        "--set", "adminTransport=proxy",
     ))
     assert env_of(container) == {
         "SLOTUNE_PROMETHEUS_URL": "http://prometheus-operated.monitoring:9090",
         "SLOTUNE_RUNTIME_IMAGE": "registry.example/rt:1", "SLOTUNE_RUNTIME_IMAGE_CPU": "registry.example/rt:1-cpu",
         "SLOTUNE_VLLM_IMAGE": "registry.example/vllm:2", "SLOTUNE_WATCH_NAMESPACES": "", "SLOTUNE_PEERING": "team-a",
-        "SLOTUNE_LOG_LEVEL": "DEBUG",
+        "SLOTUNE_LOG_LEVEL": "DEBUG", "SLOTUNE_ADMIN_TRANSPORT": "proxy",
     }
     assert container["image"] == "ghcr.io/slotune/operator:9.9.9"
 
@@ -114,6 +115,7 @@ def test_scheduling_values_are_rendered_when_set(helm_binary: Path) -> None:
     ("replicas=0", "/replicas"),
     ("prometheus.url=prometheus:9090", "/prometheus/url"),
     ("logLevel=LOUD", "/logLevel"),
+    ("adminTransport=ssh", "/adminTransport"),
     ("watchNamespaces={Team_A}", "/watchNamespaces/0"),
     ("runtime.image=", "/runtime/image"),
     ("replica=2", "'replica' not allowed"),

@@ -15,6 +15,10 @@ import pytest
 import torch
 
 from gpu_runtime.cli import build_parser
+from slotune.api import parse_tunedmodel
+from slotune.controller.settings import OperatorSettings
+from slotune.knobs import RuntimeConfig
+from slotune.resources import RUNTIME_UID, build_deployment
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -94,3 +98,17 @@ def test_runtime_default_command_is_accepted_by_the_runtime_cli(name: str) -> No
     assert json.loads(arguments(name, "ENTRYPOINT")[0]) == ["python", "-m", "gpu_runtime"]
     args = build_parser().parse_args(json.loads(arguments(name, "CMD")[0]))
     assert args.command == "serve" and args.host == "0.0.0.0" and args.port == 8000
+
+
+@pytest.mark.parametrize("name", ["Dockerfile.runtime", "Dockerfile.runtime-cpu"])
+def test_runtime_image_user_and_cache_match_what_the_operator_renders(name: str) -> None:
+    tm = parse_tunedmodel({
+        "apiVersion": "slotune.io/v1alpha1", "kind": "TunedModel",
+        "metadata": {"name": "chat", "namespace": "team-a", "uid": "0000-uid"},
+        "spec": {"model": {"name": "tiny", "source": "builtin://tiny"}, "hardware": {"accelerator": "cpu"},
+                 "slo": {"ttft": {"p99": 500}}},
+    })
+    container = build_deployment(tm, RuntimeConfig(), OperatorSettings())["spec"]["template"]["spec"]["containers"][0]
+    assert arguments(name, "USER")[-1] == f"{RUNTIME_UID}:{RUNTIME_UID}"
+    hf_home = next(e["value"] for e in container["env"] if e["name"] == "HF_HOME")
+    assert f"HF_HOME={hf_home}" in " ".join(arguments(name, "ENV"))

@@ -251,6 +251,7 @@ class RequestStream:
         self._queue: asyncio.Queue[RequestOutput | Exception] = asyncio.Queue()
         self._released = False
         self._done = False
+        self._failure: Exception | None = None  # seen while draining; raised on the next read
 
     def put(self, item: RequestOutput | Exception) -> None:
         if isinstance(item, Exception):
@@ -268,14 +269,34 @@ class RequestStream:
         return self
 
     async def __anext__(self) -> RequestOutput:
+        if self._failure is not None:
+            failure, self._failure, self._done = self._failure, None, True
+            raise failure
         if self._done:
             raise StopAsyncIteration
-        item = await self._queue.get()
+        return self._accept(await self._queue.get())
+
+    async def next_batch(self) -> list[RequestOutput]:
+        """Every output ready now (at least one): a consumer that fell behind catches up in one write, not many."""
+        batch = [await self.__anext__()]
+        while not self._done and not self._queue.empty():
+            item = self._queue.get_nowait()
+            if isinstance(item, Exception):  # raised by the next read, after this batch went out
+                self._failure = item
+                break
+            batch.append(self._accept(item))
+        return batch
+
+    def _accept(self, item: RequestOutput | Exception) -> RequestOutput:
         if isinstance(item, Exception):
             self._done = True
             raise item
         self._done = item.finished
         return item
+
+    @property
+    def done(self) -> bool:
+        return self._done and self._failure is None
 
     async def aclose(self) -> None:
         if not self._released:  # neither finished nor failed: the engine still holds it

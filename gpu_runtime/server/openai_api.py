@@ -132,10 +132,13 @@ async def _sse(outputs: RequestStream, encoder: ChunkEncoder, include_usage: boo
             yield encoder.role()
         last = None
         try:
-            async for output in outputs:
-                if output.new_text or output.finished:
-                    yield encoder.text(output.new_text, output.finish_reason if output.finished else None)
-                last = output
+            while not outputs.done:
+                batch = await outputs.next_batch()
+                last = batch[-1]
+                events = [encoder.text(o.new_text, o.finish_reason if o.finished else None)
+                          for o in batch if o.new_text or o.finished]
+                if events:
+                    yield b"".join(events)
         except EngineDeadError as error:
             yield ChunkEncoder.error(str(error), "server_error")
         else:

@@ -13,6 +13,7 @@ from gpu_runtime.config import EngineConfig, SchedulerKnobs
 from gpu_runtime.engine import LLMEngine
 from gpu_runtime.model_source import resolve_model
 from gpu_runtime.server.app import ServerSettings, build_app
+from gpu_runtime.speculative.config import parse_speculative_config
 
 log = logging.getLogger(__name__)
 
@@ -21,21 +22,17 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     knobs = SchedulerKnobs(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                            enable_chunked_prefill=args.enable_chunked_prefill,
                            enable_prefix_caching=args.enable_prefix_caching)
+    # Speculation and quantization go into the config so the engine sets them up before sizing the KV cache.
+    spec = None if args.speculative_config is None else parse_speculative_config(args.speculative_config.model_dump())
     return EngineConfig(model=args.model, dtype=args.dtype, device=args.device, max_model_len=args.max_model_len,
                         block_size=args.block_size, kv_cache_memory_bytes=args.kv_cache_memory_bytes,
-                        gpu_memory_utilization=args.gpu_memory_utilization, knobs=knobs, seed=args.seed)
+                        gpu_memory_utilization=args.gpu_memory_utilization, knobs=knobs, seed=args.seed,
+                        speculative=spec, quantization=args.quantization)
 
 
 def _apply_startup_features(engine: LLMEngine, args: argparse.Namespace) -> None:
-    """Speculation, quantization and the KV dtype exist only where the engine build offers them; say so plainly."""
-    if args.speculative_config is not None:
-        if not hasattr(engine, "set_speculative"):
-            raise SystemExit("--speculative-config is not supported by this runtime build")
-        engine.set_speculative(args.speculative_config.model_dump())
-    if args.quantization != "none":
-        if not hasattr(engine, "set_quantization"):
-            raise SystemExit("--quantization is not supported by this runtime build")
-        engine.set_quantization(args.quantization)
+    """The KV dtype exists only where the engine build offers it; say so plainly (speculation and quantization are
+    part of EngineConfig)."""
     if args.kv_cache_dtype != "auto":
         raise SystemExit(f"--kv-cache-dtype {args.kv_cache_dtype} is not supported by this runtime build")
 

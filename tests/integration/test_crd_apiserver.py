@@ -104,7 +104,7 @@ def test_kubectl_explain_teaches_the_slo(cluster) -> None:
         assert field in text
     assert "Time to first token targets." in text
     bounds = " ".join(explain(cluster, "tunedmodel.spec.tuning.bounds.maxReplicas").split())
-    assert "Most replicas the tuner may scale up to" in bounds
+    assert "Most replicas the tuner may scale up to" in bounds and "From 1 to 1024." in bounds
 
 
 def written_status() -> TunedModelStatus:

@@ -128,3 +128,13 @@ def test_printer_columns_point_at_status_fields() -> None:
             target = resolve(status, column["jsonPath"].removeprefix(".status."))
             assert target is not None, column
             assert target["type"] == column["type"], column
+
+
+def test_descriptions_teach_defaults_bounds_and_rules() -> None:
+    """`kubectl explain` prints only descriptions, so they carry what the schema says besides."""
+    spec = root_schema()["properties"]["spec"]["properties"]
+    tuning = spec["tuning"]["properties"]
+    assert tuning["windowSeconds"]["description"].endswith("Default: 60. From 5 to 3600.")
+    assert tuning["allowQualityChange"]["description"].endswith("Default: false.")
+    assert "Greater than 0." in spec["slo"]["properties"]["ttft"]["properties"]["p99"]["description"]
+    assert "Rules: quantization and kv_cache_dtype change model outputs" in spec["tuning"]["description"]

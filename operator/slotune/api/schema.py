@@ -45,7 +45,45 @@ def structural_schema(root: type[BaseModel], *, nullable: bool) -> dict[str, Any
     converter = _Converter(raw.get("$defs", {}), reachable_models(root), nullable)
     schema = converter.convert(raw, root.__name__)
     prune_defaults(schema)
+    teach(schema)
     return ordered(schema)
+
+
+def teach(schema: dict[str, Any]) -> None:
+    """Append defaults, bounds and cross-field rules to descriptions: `kubectl explain` shows only descriptions."""
+    notes = []
+    default = schema.get("default")
+    if default is not None and not isinstance(default, dict):
+        shown = ", ".join(map(_word, default)) if isinstance(default, list) else _word(default)
+        notes.append(f"Default: {shown or 'none'}.")
+    bounds = _bounds(schema)
+    if bounds:
+        notes.append(f"{bounds}.")
+    rules = [v["message"] for v in schema.get("x-kubernetes-validations", [])]
+    if rules:
+        notes.append("Rules: " + "; ".join(rules) + ".")
+    if notes and schema.get("description"):
+        schema["description"] = " ".join([schema["description"], *notes])
+    for child in schema.get("properties", {}).values():
+        teach(child)
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            teach(schema[key])
+
+
+def _word(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _bounds(schema: dict[str, Any]) -> str:
+    low, high = schema.get("minimum"), schema.get("maximum")
+    if low is not None and schema.get("exclusiveMinimum"):
+        return f"Greater than {low}" + (f", at most {high}" if high is not None else "")
+    if low is not None and high is not None:
+        return f"From {low} to {high}"
+    if low is not None:
+        return f"At least {low}"
+    return f"At most {high}" if high is not None else ""
 
 
 def ordered(schema: Any) -> Any:

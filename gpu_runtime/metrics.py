@@ -100,11 +100,20 @@ class _StatsCollector(Collector):
         counters = (("vllm:prefix_cache_queries", "Prefix cache queries, in tokens.",
                      stats.prefix_cache_queries_tokens),
                     ("vllm:prefix_cache_hits", "Prefix cache hits, in tokens.", stats.prefix_cache_hits_tokens),
-                    ("vllm:num_preemptions", "Cumulative number of preemptions.", stats.num_preemptions))
+                    ("vllm:num_preemptions", "Cumulative number of preemptions.", stats.num_preemptions),
+                    ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", stats.spec_num_drafts),
+                    ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", stats.spec_num_draft_tokens),
+                    ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.",
+                     stats.spec_num_accepted_tokens))
         for name, doc, value in counters:
             counter = CounterMetricFamily(name, doc, labels=["model_name"])
             counter.add_metric(labels, float(value))
             yield counter
+        per_pos = CounterMetricFamily("vllm:spec_decode_num_accepted_tokens_per_pos",
+                                      "Accepted tokens per draft position.", labels=["model_name", "position"])
+        for position, value in enumerate(stats.spec_num_accepted_tokens_per_pos):
+            per_pos.add_metric([*labels, str(position)], float(value))
+        yield per_pos
 
 
 class RuntimeMetrics:

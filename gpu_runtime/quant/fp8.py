@@ -16,8 +16,8 @@ FP8_E4M3_MAX = 448.0
 FP8_MIN_CAPABILITY = (8, 9)
 
 
-class Fp8UnsupportedError(RuntimeError):
-    """fp8 weights were asked for on a device that cannot run them."""
+class Fp8UnsupportedError(ValueError):
+    """fp8 weights were asked for on a device that cannot run them (a configuration error, hence a ValueError)."""
 
 
 def check_fp8_supported(device: torch.device) -> None:

@@ -50,6 +50,8 @@ class DraftModelProposer:
         probs_fn: ProbsFn, seed: int = 0,
     ) -> DraftModelProposer:
         """runner_args: (dtype, device, max_model_len, block_size, num_blocks) of the target's runner."""
+        if not (Path(path) / "config.json").is_file():
+            raise ValueError(f"draft model {path} is not a checkpoint directory (no config.json)")
         draft_cfg = ModelConfig.from_dir(Path(path))
         if draft_cfg.vocab_size != target.vocab_size:
             raise ValueError(

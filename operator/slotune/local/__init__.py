@@ -1,0 +1,1 @@
+"""Local mode: `slotune tune FILE` runs the tuning loop against runtime processes on this machine."""

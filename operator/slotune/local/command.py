@@ -1,0 +1,183 @@
+"""`slotune tune FILE`: the tuning loop against runtime processes on this machine, no cluster needed.
+
+The same TunedModel file the operator takes; the same `slotune.loop.Tuner`. Local mode drives the declared workload
+itself, shows a live view, and leaves a report (markdown, JSON, PNG) and the runtimes' logs in the run directory.
+Ctrl-C (or SIGTERM) stops every runtime process before exiting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+
+from slotune.api import InvalidTunedModel, Phase, TunedModel, TuningMode, load_tunedmodel
+from slotune.local.measurement import LocalMeasurement
+from slotune.local.replicas import LocalReplicas, ReplicaSettings
+from slotune.local.report import write_report
+from slotune.local.view import render
+from slotune.loop import FileStateStore, Tuner, TuningProblem, TuningState
+from slotune.perfmodel.model_profile import ModelProfile
+
+TERMINAL = (Phase.CONVERGED, Phase.INFEASIBLE, Phase.DEGRADED)
+BUILTIN = "builtin://"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", type=Path, help="a TunedModel YAML file (with spec.workload: local mode drives it)")
+    parser.add_argument("--model", help="a local Hugging Face checkpoint directory, instead of spec.model.source")
+    parser.add_argument("--out", type=Path, help="run directory for state, logs and report (default runs/NAME)")
+    parser.add_argument("--prometheus-url", help="read server-side metrics from this Prometheus instead of scraping")
+    parser.add_argument("--max-windows", type=int, help="stop after this many windows (default: 4x maxIterations)")
+    parser.add_argument("--resume", action="store_true", help="continue from the state file of an earlier run")
+    parser.add_argument("--no-live", action="store_true", help="print one line per window instead of a live view")
+
+
+def model_dir(source: str) -> Path:
+    """Where the checkpoint's config.json lives; builtin presets are built by the runtime into its model cache."""
+    if source.startswith(BUILTIN):
+        cache = Path(os.environ.get("SLOTUNE_MODEL_CACHE", Path.home() / ".cache" / "slotune" / "models"))
+        return cache / source.removeprefix(BUILTIN)
+    return Path(source.removeprefix("file://"))
+
+
+def runtime_args(model: TunedModel) -> tuple[str, ...]:
+    spec = model.spec
+    args = [f"--dtype={spec.model.dtype.value}"]
+    if spec.model.max_model_len is not None:
+        args.append(f"--max-model-len={spec.model.max_model_len}")
+    return (*args, *spec.runtime.extra_args)
+
+
+class LocalRun:
+    """One `slotune tune` run: replicas, measurement, state file and tuner, wired together."""
+
+    def __init__(self, model: TunedModel, source: str, out: Path, prometheus_url: str | None, resume: bool) -> None:
+        if model.spec.workload is None:
+            raise SystemExit(f"{model.metadata.name}: local mode drives spec.workload itself; the file has none")
+        self.model, self.out = model, out
+        self.replicas = LocalReplicas(ReplicaSettings(
+            model=source, served_model_name=model.spec.model.name, work_dir=out,
+            extra_args=runtime_args(model), hot_reconfigure=model.spec.tuning.hot_reconfigure,
+        ))
+        self.measurement = LocalMeasurement(model.spec.workload, lambda: self.replicas.urls, model.spec.model.name,
+                                            prometheus_url)
+        self.store = FileStateStore(out / "state.json")
+        if not resume and self.store.path.exists():
+            self.store.path.unlink()
+        self.source = source
+
+    def start(self) -> TuningState | None:
+        """Start the first config's runtimes; a state describing the failure when they do not come up."""
+        initial = self.model.spec.initial_config()
+        resumed = self.store.load()
+        result = self.replicas.apply(resumed.current if resumed else initial)
+        if result.ok:
+            return None
+        failed = TuningState.initial(initial).evolve(phase=Phase.DEGRADED, message=result.reason)
+        self.store.save(failed)
+        return failed
+
+    def tuner(self) -> Tuner:
+        profile = ModelProfile.from_hf_config(model_dir(self.source) / "config.json", name=self.model.spec.model.name)
+        problem = TuningProblem.from_spec(self.model.spec, profile)
+        return Tuner(problem, self.replicas, self.measurement, self.store)
+
+    def stop(self) -> None:
+        self.replicas.stop()
+
+
+def _loop(run: LocalRun, max_windows: int, live: Live | None, console: Console) -> TuningState:
+    tuner = run.tuner()
+    state = run.store.load() or tuner.step()
+    name, spec = run.model.metadata.name, run.model.spec
+    for _ in range(max_windows):
+        if state.phase in TERMINAL and state.pending is None:
+            break
+        if spec.tuning.mode is TuningMode.OFF and state.iteration >= 1:
+            break
+        activity = f"measuring a {spec.tuning.window_s:.0f} s window under {spec.workload.profile.value} load ..."
+        if live is not None:
+            live.update(render(name, spec, state.to_status(), activity))
+        state = tuner.step()
+        if live is not None:
+            live.update(render(name, spec, state.to_status()))
+        else:
+            console.print(_line(state))
+    return state
+
+
+def _line(state: TuningState) -> str:
+    status = state.to_status()
+    observed = status.observed
+    numbers = "" if observed is None else (
+        f" ttft p99 {observed.ttft.p99_ms or 0:.0f} ms, tpot p99 {observed.tpot.p99_ms or 0:.1f} ms,"
+        f" {observed.generation_tokens_per_s:.0f} tok/s")
+    return f"[{status.iteration}] {status.phase.value}:{numbers} | {status.message}"
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # the same clean shutdown as Ctrl-C
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console()
+    try:
+        model = load_tunedmodel(args.file)
+    except (InvalidTunedModel, OSError) as error:
+        console.print(f"[red]{error}[/red]")
+        return 2
+    out = args.out or Path("runs") / model.metadata.name
+    source = args.model or model.spec.model.source
+    max_windows = args.max_windows or 4 * model.spec.tuning.max_iterations
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    local = LocalRun(model, source, out, args.prometheus_url, args.resume)
+    state: TuningState | None = None
+    interrupted = False
+    try:
+        with console.status(f"starting {model.spec.replicas} runtime(s) for {source} ..."):
+            state = local.start()
+        if state is None:
+            view = contextlib.nullcontext() if args.no_live else Live(console=console, refresh_per_second=2)
+            with view as live:
+                state = _loop(local, max_windows, live, console)
+    except KeyboardInterrupt:
+        interrupted = True
+        console.print("[yellow]interrupted: stopping the runtimes[/yellow]")
+    finally:
+        local.stop()
+    state = local.store.load() or state
+    if state is None:
+        return 130 if interrupted else 1
+    files = write_report(model, state.to_status(), out)
+    console.print(_summary(state), f"report: {files.markdown}  {files.plot}  {files.json}", sep="\n")
+    if interrupted:
+        return 130
+    return 0 if state.phase in (Phase.CONVERGED, Phase.INFEASIBLE) or model.spec.tuning.mode is TuningMode.OFF else 1
+
+
+def _summary(state: TuningState) -> str:
+    status = state.to_status()
+    text = f"{status.phase.value} after {status.iteration} window(s): {status.message}"
+    if state.infeasible is not None:
+        text += "\nneeds: " + "; ".join(state.infeasible.needs)
+    if status.config is not None:
+        text += f"\nconfig: {status.config.describe()}"
+    return text
+
+
+def main() -> int:  # `python -m slotune.local.command FILE`, handy in tests
+    parser = argparse.ArgumentParser(prog="slotune tune")
+    add_arguments(parser)
+    return run(parser.parse_args())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

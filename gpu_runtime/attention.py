@@ -3,7 +3,7 @@
 The KV cache of one layer is a pair of tensors [num_blocks * block_size, num_kv_heads, head_dim]; a token's slot is
 block_id * block_size + offset. Each step writes the new tokens' K/V into their slots, then attends per group:
 - a "batched" group: many sequences with few query tokens each (decode, or speculative verification); their active
-  blocks are gathered into one padded [B, kv_heads, S, head_dim] view and handled by one SDPA call with a mask;
+  blocks are gathered into one padded [B, S, kv_heads, head_dim] tensor and attended with two bmm calls and a mask;
 - a "prefill" group: one sequence with a long chunk; without earlier context it attends to its own K/V with a causal
   SDPA (flash/efficient kernels on CUDA, the fused CPU kernel elsewhere), otherwise it gathers its blocks.
 Pure PyTorch, so it runs on CPU; torch's SDPA picks fused kernels on CUDA.
@@ -65,7 +65,9 @@ class AttentionGroup:
     """Tokens [start, end) of the flat batch that share one attention call.
 
     block_tables: [B, max_blocks] (None for a fresh prefill that needs no cached context);
-    mask: [B, 1, max_q, S] bool, True = may attend; num_queries: queries per sequence when uniform, else 0;
+    mask: [1, 1, n, S] bool (True = may attend) for a prefill chunk with earlier context, else None;
+    bias: [B, 1, 1, max_q, S] float (0 or -inf) for the batched group, else None;
+    num_queries: queries per sequence when uniform, else 0;
     pad_index: [B * max_q] positions (relative to start) that fill the padded queries when not uniform;
     valid_index: [end - start] rows of the padded [B * max_q] output that are real tokens.
     """
@@ -76,6 +78,7 @@ class AttentionGroup:
     block_tables: torch.Tensor | None
     mask: torch.Tensor | None
     num_queries: int
+    bias: torch.Tensor | None = None
     pad_index: torch.Tensor | None = None
     valid_index: torch.Tensor | None = None
 
@@ -98,17 +101,37 @@ def write_kv(
 
 
 def _gather(cache: torch.Tensor, block_tables: torch.Tensor, block_size: int) -> torch.Tensor:
-    """[num_slots, kvh, d] cache + [B, nb] tables -> [B, kvh, nb * block_size, d] view of the active blocks."""
+    """[num_slots, kvh, d] cache + [B, nb] tables -> [B, nb * block_size, kvh, d], the active blocks only."""
     num_blocks = cache.shape[0] // block_size
     blocks = cache.view(num_blocks, block_size, *cache.shape[1:])[block_tables]  # [B, nb, bs, kvh, d]
     b, nb = block_tables.shape
-    return blocks.view(b, nb * block_size, *cache.shape[1:]).transpose(1, 2)
+    return blocks.view(b, nb * block_size, *cache.shape[1:])
 
 
-def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
-    return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1]
+def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """One sequence: q [n, H, d], k/v [S, kvh, d]; causal when mask is None (S == n). Returns [n, H, d]."""
+    q, k, v = q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None]
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=q.shape[1] != k.shape[1]
     )
+    return out[0].transpose(0, 1)
+
+
+def _batched_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """q [B, Q, H, d], keys/values [B, S, kvh, d], bias [B, 1, 1, Q, S] (0 or -inf) -> [B, Q, H, d].
+
+    Two bmm calls with the query heads of a KV group stacked as rows: on CPU this beats SDPA's per-head kernel
+    several times at decode shapes, and GQA needs no repeated K/V.
+    """
+    b, nq, h, d = q.shape
+    kvh, s = keys.shape[2], keys.shape[1]
+    g = h // kvh
+    qg = q.view(b, nq, kvh, g, d).permute(0, 2, 3, 1, 4).reshape(b * kvh, g * nq, d)
+    kt = keys.permute(0, 2, 3, 1).reshape(b * kvh, d, s)
+    vg = values.permute(0, 2, 1, 3).reshape(b * kvh, s, d)
+    scores = torch.bmm(qg, kt).view(b, kvh, g, nq, s).float() * d**-0.5 + bias
+    probs = scores.softmax(dim=-1).to(vg.dtype).view(b * kvh, g * nq, s)
+    return torch.bmm(probs, vg).view(b, kvh, g, nq, d).permute(0, 3, 1, 2, 4).reshape(b, nq, h, d)
 
 
 def _attend_group(
@@ -122,25 +145,20 @@ def _attend_group(
 ) -> torch.Tensor:
     """Attention for the group's tokens; returns [end - start, heads, head_dim]."""
     qg = q[g.start : g.end]
-    if g.block_tables is None:  # fresh prefill of one sequence: only its own tokens, causal
-        out = _sdpa(
-            qg.transpose(0, 1)[None],
-            k[g.start : g.end].transpose(0, 1)[None],
-            v[g.start : g.end].transpose(0, 1)[None],
-            None,
-            causal=True,
-        )
-        return out[0].transpose(0, 1)
+    if g.block_tables is None:  # fresh prefill of one sequence: only its own tokens
+        return _prefill_attention(qg, k[g.start : g.end], v[g.start : g.end], None)
     keys = _gather(k_cache, g.block_tables, block_size)
     values = _gather(v_cache, g.block_tables, block_size)
+    if g.mask is not None:  # one long prefill chunk continuing earlier context
+        return _prefill_attention(qg, keys[0], values[0], g.mask[0])
+    assert g.bias is not None
     heads, dim = qg.shape[1], qg.shape[2]
     if g.num_queries:
         qb = qg.view(g.num_seqs, g.num_queries, heads, dim)
     else:
         assert g.pad_index is not None
         qb = qg[g.pad_index].view(g.num_seqs, -1, heads, dim)
-    out = _sdpa(qb.transpose(1, 2), keys, values, g.mask, causal=False).transpose(1, 2)  # [B, q, H, d]
-    out = out.reshape(-1, heads, dim)
+    out = _batched_attention(qb, keys, values, g.bias).reshape(-1, heads, dim)
     return out if g.num_queries else out[g.valid_index]
 
 

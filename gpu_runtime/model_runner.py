@@ -137,8 +137,10 @@ class ModelRunner:
         lengths = [len(s.token_ids) for s in seqs]
         max_q, num_tokens = max(lengths), sum(lengths)
         tables, mask = self._tables_and_mask(seqs, max_q)
+        bias = torch.zeros(mask.shape, dtype=torch.float32, device=self.device).masked_fill_(~mask, float("-inf"))
+        bias = bias[:, :, None]  # [B, 1, 1, max_q, S]
         if all(n == max_q for n in lengths):
-            return AttentionGroup(0, num_tokens, len(seqs), tables, mask, max_q)
+            return AttentionGroup(0, num_tokens, len(seqs), tables, None, max_q, bias)
         pad: list[int] = []
         valid: list[int] = []
         offset = 0
@@ -146,7 +148,7 @@ class ModelRunner:
             pad.extend(offset + min(i, n - 1) for i in range(max_q))
             valid.extend(b * max_q + i for i in range(n))
             offset += n
-        return AttentionGroup(0, num_tokens, len(seqs), tables, mask, 0, self._tensor(pad), self._tensor(valid))
+        return AttentionGroup(0, num_tokens, len(seqs), tables, None, 0, bias, self._tensor(pad), self._tensor(valid))
 
     def _tables_and_mask(self, seqs: list[SequenceInput], max_q: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Block tables padded with block 0, and mask[b, 0, i, j] = key j is at or before query i's position."""

@@ -21,10 +21,12 @@ def find_ngram_continuation(token_ids: np.ndarray, n: int, k: int) -> list[int]:
     length = token_ids.shape[0]
     if length <= n:
         return []
-    tail = token_ids[-n:]
-    # windows[i] = token_ids[i : i + n] for every start i whose window ends before the tail itself begins to end.
-    windows = np.lib.stride_tricks.sliding_window_view(token_ids[:-1], n)  # [length - n, n]
-    starts = np.flatnonzero((windows == tail).all(axis=1))
+    tail = token_ids[length - n :]
+    # Candidate starts i < length - n (the match must end before the last token), narrowed one position at a time:
+    # a few vectorised compares instead of materialising every window.
+    starts = np.flatnonzero(token_ids[: length - n] == tail[0])
+    for j in range(1, n):
+        starts = starts[token_ids[starts + j] == tail[j]]
     if starts.size == 0:
         return []
     follow = int(starts[-1]) + n

@@ -9,15 +9,12 @@ renders one argument list for both engines. Flags this runtime adds: --kv-cache-
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from gpu_runtime.server.admin import SpeculativeBody
+from gpu_runtime.speculative.config import SpeculativeSettings, parse_speculative_config
 
 ADMIN_TOKEN_ENV = "SLOTUNE_ADMIN_TOKEN"
 QUANTIZATIONS = ("none", "int8", "fp8")
@@ -61,14 +58,11 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     server.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
 
 
-def _speculative(text: str) -> SpeculativeBody:
-    """vLLM's --speculative-config JSON; its draft checkpoint key `model` is our `draft_model`."""
+def _speculative(text: str) -> SpeculativeSettings | None:
+    """vLLM's --speculative-config JSON (its draft checkpoint key is `model`)."""
     try:
-        body = json.loads(text)
-        if isinstance(body, dict) and "model" in body:
-            body["draft_model"] = body.pop("model")
-        return SpeculativeBody.model_validate(body)
-    except (json.JSONDecodeError, ValidationError) as error:
+        return parse_speculative_config(text)
+    except ValueError as error:
         raise argparse.ArgumentTypeError(f"invalid --speculative-config: {error}") from error
 
 

@@ -1,11 +1,9 @@
 """`GET/POST /admin/config`: read and change the runtime's knobs live, guarded by a bearer token.
 
 The body is `RuntimeConfig.admin_payload()` of the operator (slotune/knobs.py): any subset of max_num_seqs,
-max_num_batched_tokens, enable_chunked_prefill, enable_prefix_caching, speculative, quantization. Scheduler knobs are
-applied by the engine worker between two steps, so requests in flight continue under the new limits. Speculative
-decoding and quantization change only if the engine build offers `set_speculative` / `set_quantization`; a request
-that would change them otherwise gets a 400 saying so, while restating their current value is accepted (the operator
-always sends the full payload).
+max_num_batched_tokens, enable_chunked_prefill, enable_prefix_caching, speculative, quantization. Every change runs on
+the engine worker between two steps (`LLMEngine.reconfigure`, `set_speculative`, `set_quantization`), so requests in
+flight continue under the new settings; a value the engine refuses leaves the old one in place and answers 400.
 """
 
 from __future__ import annotations
@@ -21,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Valida
 from gpu_runtime.config import SchedulerKnobs
 from gpu_runtime.server.async_engine import AsyncEngine
 from gpu_runtime.server.protocol import APIError
+from gpu_runtime.speculative.config import SpeculativeSettings, parse_speculative_config
 
 
 class SpeculativeBody(BaseModel):
@@ -32,6 +31,17 @@ class SpeculativeBody(BaseModel):
     prompt_lookup_min: Annotated[StrictInt, Field(ge=1, le=16)] = 1
     prompt_lookup_max: Annotated[StrictInt, Field(ge=1, le=16)] = 4
     draft_model: str | None = None
+
+    @classmethod
+    def of(cls, settings: SpeculativeSettings | None) -> SpeculativeBody | None:
+        if settings is None:
+            return None
+        return cls(method=settings.method.value, num_speculative_tokens=settings.num_speculative_tokens,
+                   prompt_lookup_min=settings.prompt_lookup_min, prompt_lookup_max=settings.prompt_lookup_max,
+                   draft_model=settings.draft_model)
+
+    def settings(self) -> SpeculativeSettings | None:
+        return parse_speculative_config(self.model_dump())
 
 
 class AdminConfig(BaseModel):
@@ -52,16 +62,16 @@ class AdminConfig(BaseModel):
 
 
 class AdminState:
-    """The configuration the engine runs now; `speculative`/`quantization` as set at start or by POST."""
+    """The admin token (None: admin disabled) and how to read the live configuration off the engine."""
 
-    def __init__(self, speculative: SpeculativeBody | None, quantization: str, token: str | None) -> None:
-        self.speculative = speculative
-        self.quantization = quantization
+    def __init__(self, token: str | None) -> None:
         self.token = token
 
-    def current(self, engine: AsyncEngine) -> AdminConfig:
-        knobs = dataclasses.asdict(engine.engine.knobs)
-        return AdminConfig(**knobs, speculative=self.speculative, quantization=self.quantization)
+    @staticmethod
+    def current(engine: AsyncEngine) -> AdminConfig:
+        llm = engine.engine
+        return AdminConfig(**dataclasses.asdict(llm.knobs), speculative=SpeculativeBody.of(llm.speculative),
+                           quantization=llm.quantization)
 
 
 def _check_token(state: AdminState, authorization: str | None) -> None:
@@ -90,21 +100,16 @@ def _first_errors(error: ValidationError) -> str:
     return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()[:5])
 
 
-async def _apply(engine: AsyncEngine, state: AdminState, current: AdminConfig, wanted: AdminConfig) -> None:
-    for knob, setter in (("speculative", "set_speculative"), ("quantization", "set_quantization")):
-        if getattr(wanted, knob) != getattr(current, knob) and not hasattr(engine.engine, setter):
-            raise APIError(400, f"changing {knob} is not supported by this runtime build", code="unsupported_knob")
+async def _apply(engine: AsyncEngine, current: AdminConfig, wanted: AdminConfig) -> None:
     try:
         knobs = wanted.knobs()
         if knobs != engine.engine.knobs:
             await engine.call(lambda e: e.reconfigure(knobs))
         if wanted.speculative != current.speculative:
-            spec = wanted.speculative
-            await engine.call(lambda e: e.set_speculative(None if spec is None else spec.model_dump()))
-            state.speculative = spec
+            spec = None if wanted.speculative is None else wanted.speculative.settings()
+            await engine.call(lambda e: e.set_speculative(spec))
         if wanted.quantization != current.quantization:
             await engine.call(lambda e: e.set_quantization(wanted.quantization))
-            state.quantization = wanted.quantization
     except ValueError as error:
         raise APIError(400, f"invalid configuration: {error}", code="invalid_config") from error
 
@@ -122,7 +127,7 @@ def build_admin_router(engine: AsyncEngine, state: AdminState) -> APIRouter:
         _check_token(state, authorization)
         current = state.current(engine)
         wanted = await _parse_update(request, current)
-        await _apply(engine, state, current, wanted)
+        await _apply(engine, current, wanted)
         return state.current(engine)
 
     return router

@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException
 
 from gpu_runtime.metrics import ConfigInfo, RuntimeMetrics
-from gpu_runtime.server.admin import AdminState, SpeculativeBody, build_admin_router
+from gpu_runtime.server.admin import AdminState, build_admin_router
 from gpu_runtime.server.async_engine import AsyncEngine
 from gpu_runtime.server.chat import ChatTemplate
 from gpu_runtime.server.openai_api import OpenAIHandlers, ServedModel, build_openai_router
@@ -40,8 +40,6 @@ class ServerSettings:
     served_model_name: str
     max_waiting_requests: int = 1024
     admin_token: str | None = None
-    speculative: SpeculativeBody | None = None
-    quantization: str = "none"
     kv_cache_dtype: str = "auto"
     gpu_memory_utilization: float = 0.9
 
@@ -50,10 +48,10 @@ def build_app(engine: LLMEngine, settings: ServerSettings) -> FastAPI:
     """An app serving `engine` (an LLMEngine); its worker thread runs for the app's lifespan."""
     max_model_len = engine.max_model_len
     metrics = RuntimeMetrics(settings.served_model_name, max_model_len)
-    admin_state = AdminState(settings.speculative, settings.quantization, settings.admin_token)
+    admin_state = AdminState(settings.admin_token)
 
     def publish_config(llm: LLMEngine) -> None:
-        metrics.set_config(config_info(llm, settings, admin_state))
+        metrics.set_config(config_info(llm, settings))
 
     async_engine = AsyncEngine(engine, metrics, settings.max_waiting_requests, on_reconfigured=publish_config)
     publish_config(engine)
@@ -77,15 +75,15 @@ def build_app(engine: LLMEngine, settings: ServerSettings) -> FastAPI:
     return app
 
 
-def config_info(engine: LLMEngine, settings: ServerSettings, admin: AdminState) -> ConfigInfo:
+def config_info(engine: LLMEngine, settings: ServerSettings) -> ConfigInfo:
     knobs, stats = engine.knobs, engine.stats()
-    speculative = "none" if admin.speculative is None else admin.speculative.model_dump_json()
+    speculative = "none" if engine.speculative is None else engine.speculative.to_vllm_json()
     return ConfigInfo(
         block_size=engine.config.block_size, cache_dtype=settings.kv_cache_dtype, num_gpu_blocks=stats.num_total_blocks,
         gpu_memory_utilization=settings.gpu_memory_utilization, max_model_len=engine.max_model_len,
         max_num_seqs=knobs.max_num_seqs, max_num_batched_tokens=knobs.max_num_batched_tokens,
         enable_chunked_prefill=knobs.enable_chunked_prefill, enable_prefix_caching=knobs.enable_prefix_caching,
-        speculative_config=speculative, quantization=admin.quantization)
+        speculative_config=speculative, quantization=engine.quantization)
 
 
 def _add_probes(app: FastAPI, engine: AsyncEngine, metrics: RuntimeMetrics) -> None:

@@ -13,7 +13,6 @@ from gpu_runtime.config import EngineConfig, SchedulerKnobs
 from gpu_runtime.engine import LLMEngine
 from gpu_runtime.model_source import resolve_model
 from gpu_runtime.server.app import ServerSettings, build_app
-from gpu_runtime.speculative.config import parse_speculative_config
 
 log = logging.getLogger(__name__)
 
@@ -23,36 +22,28 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
                            enable_chunked_prefill=args.enable_chunked_prefill,
                            enable_prefix_caching=args.enable_prefix_caching)
     # Speculation and quantization go into the config so the engine sets them up before sizing the KV cache.
-    spec = None if args.speculative_config is None else parse_speculative_config(args.speculative_config.model_dump())
     return EngineConfig(model=args.model, dtype=args.dtype, device=args.device, max_model_len=args.max_model_len,
                         block_size=args.block_size, kv_cache_memory_bytes=args.kv_cache_memory_bytes,
                         gpu_memory_utilization=args.gpu_memory_utilization, knobs=knobs, seed=args.seed,
-                        speculative=spec, quantization=args.quantization)
-
-
-def _apply_startup_features(engine: LLMEngine, args: argparse.Namespace) -> None:
-    """The KV dtype exists only where the engine build offers it; say so plainly (speculation and quantization are
-    part of EngineConfig)."""
-    if args.kv_cache_dtype != "auto":
-        raise SystemExit(f"--kv-cache-dtype {args.kv_cache_dtype} is not supported by this runtime build")
+                        speculative=args.speculative_config, quantization=args.quantization)
 
 
 def serve(args: argparse.Namespace, admin_token: str | None) -> int:
     if args.num_threads is not None:
         torch.set_num_threads(args.num_threads)
-    if args.max_waiting_requests < 0:
-        raise SystemExit("--max-waiting-requests must be >= 0")
+    if args.max_waiting_requests < 1:
+        raise SystemExit("--max-waiting-requests must be >= 1")
+    if args.kv_cache_dtype != "auto":
+        raise SystemExit(f"--kv-cache-dtype {args.kv_cache_dtype} is not supported by this runtime build")
     try:
         # builtin://PRESET becomes the directory of a generated checkpoint; everything below sees a real path.
         args = argparse.Namespace(**vars(args) | {"model": resolve_model(args.model)})
         engine = LLMEngine(engine_config(args))
     except ValueError as error:
         raise SystemExit(f"cannot start the engine: {error}") from error
-    _apply_startup_features(engine, args)
     settings = ServerSettings(
         served_model_name=args.served_model_name or Path(args.model).resolve().name,
-        max_waiting_requests=args.max_waiting_requests, admin_token=admin_token,
-        speculative=args.speculative_config, quantization=args.quantization, kv_cache_dtype=args.kv_cache_dtype,
+        max_waiting_requests=args.max_waiting_requests, admin_token=admin_token, kv_cache_dtype=args.kv_cache_dtype,
         gpu_memory_utilization=args.gpu_memory_utilization)
     app = build_app(engine, settings)
     if admin_token is None:

@@ -92,6 +92,31 @@ async def _load_while_reconfiguring(server: RuntimeServer, num_clients: int, new
     return running_before, running_after, statuses, change.json()
 
 
+def test_speculation_and_quantization_switch_live(admin_server: RuntimeServer) -> None:
+    spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 2,
+            "draft_model": None}
+    response = httpx.post(f"{admin_server.url}/admin/config", headers=AUTH, json={"speculative": spec})
+    assert response.status_code == 200 and response.json()["speculative"] == spec
+    labels = admin_server.metric_labels("vllm:cache_config_info")
+    assert '"num_speculative_tokens":3' in labels["speculative_config"]
+    body = {"model": MODEL_NAME, "prompt": "a b c a b c a b c a b", "max_tokens": 24, "temperature": 0,
+            "ignore_eos": True}  # greedy on this checkpoint repeats tokens, so n-gram lookup finds drafts
+    assert httpx.post(f"{admin_server.url}/v1/completions", json=body, timeout=60).status_code == 200
+    assert admin_server.metric("vllm:spec_decode_num_draft_tokens_total") > 0
+    refused = httpx.post(f"{admin_server.url}/admin/config", headers=AUTH,
+                         json={"speculative": {"method": "draft_model"}})  # no draft checkpoint named
+    assert refused.status_code == 400
+    quantized = httpx.post(f"{admin_server.url}/admin/config", headers=AUTH,
+                           json={"speculative": None, "quantization": "int8"}, timeout=120)
+    assert quantized.status_code == 200 and quantized.json()["quantization"] == "int8"
+    assert quantized.json()["speculative"] is None
+    assert httpx.post(f"{admin_server.url}/v1/completions", json=body, timeout=60).status_code == 200
+    restored = httpx.post(f"{admin_server.url}/admin/config", headers=AUTH, json={"quantization": "none"},
+                          timeout=120)
+    assert restored.status_code == 200
+    assert admin_server.metric_labels("vllm:cache_config_info")["quantization"] == "none"
+
+
 def test_overload_answers_429_with_retry_after(start_server: Callable[..., RuntimeServer]) -> None:
     server = start_server("--max-num-seqs", "1", "--max-waiting-requests", "1")
     statuses, retry_after = asyncio.run(_burst(server, 8))

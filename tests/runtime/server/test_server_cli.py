@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpu_runtime.cli import admin_token, build_parser
+from gpu_runtime.server.admin import SpeculativeBody
 from slotune.knobs import Quantization, RuntimeConfig, SpeculativeConfig, SpeculativeMethod
 
 
@@ -30,7 +31,7 @@ def test_operator_rendered_flags_parse_to_the_same_knobs(config: RuntimeConfig) 
     if config.speculative is None:
         assert args.speculative_config is None
     else:  # the same knobs the admin payload carries
-        assert args.speculative_config.model_dump() == config.admin_payload()["speculative"]
+        assert SpeculativeBody.of(args.speculative_config).model_dump() == config.admin_payload()["speculative"]
 
 
 def test_runtime_flags_and_defaults() -> None:

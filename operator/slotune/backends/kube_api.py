@@ -8,6 +8,7 @@ admin Secret (409 = it exists), JSON merge patches for status and scaling.
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,8 +49,7 @@ def manifest_path(manifest: dict[str, Any]) -> str:
 @dataclass(frozen=True)
 class Credentials:
     host: str
-    verify: str | bool
-    cert: tuple[str, str] | None
+    tls: ssl.SSLContext | bool  # CA and client certificate, or False where the kubeconfig skips verification
     configuration: client.Configuration
 
     def authorization(self) -> str | None:
@@ -63,16 +63,25 @@ def load_credentials(kubeconfig: str | None = None) -> Credentials:
         config.load_incluster_config(client_configuration=configuration)
     except config.ConfigException:
         config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    verify: str | bool = configuration.ssl_ca_cert or configuration.verify_ssl
-    cert = (configuration.cert_file, configuration.key_file) if configuration.cert_file else None
-    return Credentials(configuration.host.rstrip("/"), verify, cert, configuration)
+    return Credentials(configuration.host.rstrip("/"), _tls(configuration), configuration)
+
+
+def _tls(configuration: client.Configuration) -> ssl.SSLContext | bool:
+    if not configuration.verify_ssl and not configuration.cert_file:
+        return False
+    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+    if not configuration.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if configuration.cert_file:
+        context.load_cert_chain(configuration.cert_file, configuration.key_file)
+    return context
 
 
 class KubeAPI:
     def __init__(self, credentials: Credentials, timeout_s: float = 30.0) -> None:
         self.credentials = credentials
-        self._http = httpx.Client(base_url=credentials.host, verify=credentials.verify, cert=credentials.cert,
-                                  timeout=timeout_s)
+        self._http = httpx.Client(base_url=credentials.host, verify=credentials.tls, timeout=timeout_s)
 
     @classmethod
     def from_environment(cls, kubeconfig: str | None = None) -> KubeAPI:

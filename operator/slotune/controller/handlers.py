@@ -44,6 +44,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     memo.settings = load_settings()
     memo.api = KubeAPI.from_environment()
     logging.getLogger("slotune").setLevel(memo.settings.log_level.upper())
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request would drown the operator's log
     settings.posting.level = logging.WARNING  # slotune posts its own events with reasons
     settings.watching.server_timeout = 60
     settings.persistence.finalizer = "slotune.io/finalizer"

@@ -1,0 +1,148 @@
+"""The operator on the real control plane: children, GPU scheduling on kwok nodes, status, events, garbage collection,
+and Prometheus being down. The operator runs as a real `slotune operator` subprocess (tests/e2e/harness/operator.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.harness.kube import apply, condition, events, get, wait_for
+from tests.e2e.harness.operator import OperatorProcess
+from tests.harness.ports import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def tunedmodel(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "slotune.io/v1alpha1", "kind": "TunedModel",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "model": {"name": "llama-8b", "source": "hf://meta-llama/Llama-3.1-8B-Instruct"},
+            "hardware": {"accelerator": "nvidia-h100-80gb", "count": 2},
+            "slo": {"ttft": {"p99": 500}, "tpot": {"p99": 50}},
+            "runtime": {"config": {"maxNumSeqs": 32}},
+            "replicas": 2,
+            "tuning": {"windowSeconds": 5, "minSamples": 10, "warmupSeconds": 0, "cooldownSeconds": 0},
+        } | spec,
+    }
+
+
+@pytest.fixture(scope="module")
+def crd(kube) -> None:
+    kube.kubectl("apply", "-f", str(ROOT / "crds" / "tunedmodel.yaml"))
+    wait_for(lambda: kube.kubectl("wait", "--for=condition=Established", "crd/tunedmodels.slotune.io",
+                                  "--timeout=10s", check=False).returncode == 0, 60, "the CRD")
+
+
+@pytest.fixture
+def namespace(kube, crd) -> Iterator[str]:
+    name = f"op-{uuid.uuid4().hex[:8]}"
+    kube.kubectl("create", "namespace", name)
+    yield name
+    # The operator is gone by now: release kopf's finalizers so the namespace can go without it.
+    for tm in kube.kubectl("get", "tunedmodels", "-n", name, "-o", "name").stdout.split():
+        kube.kubectl("patch", tm, "-n", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False)
+    kube.kubectl("delete", "namespace", name, "--wait=false")
+
+
+@pytest.fixture
+def operator(kube, tmp_path) -> Iterator[OperatorProcess]:
+    process = OperatorProcess(kube.kubeconfig, tmp_path / "operator", {"SLOTUNE_PROMETHEUS_URL": ""})
+    with process:
+        yield process
+    print(process.log_tail())
+
+
+def runtime_container(deployment: dict[str, Any]) -> dict[str, Any]:
+    return deployment["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_tunedmodel_gets_owned_children_on_gpu_nodes_and_a_status(kube, namespace, operator) -> None:
+    apply(kube, tunedmodel("chat", namespace, tuning={"mode": "off", "windowSeconds": 5, "minSamples": 10}))
+    describe = operator.log_tail
+    deployment = wait_for(lambda: get(kube, "deployment", "chat-runtime", namespace), 60, "the Deployment",
+                          describe=describe)
+    service = wait_for(lambda: get(kube, "service", "chat-runtime", namespace), 30, "the Service")
+    secret = wait_for(lambda: get(kube, "secret", "chat-admin-token", namespace), 30, "the Secret")
+    owner = get(kube, "tunedmodel", "chat", namespace)
+    for child in (deployment, service, secret):
+        (reference,) = child["metadata"]["ownerReferences"]
+        assert (reference["kind"], reference["uid"]) == ("TunedModel", owner["metadata"]["uid"])
+        assert child["metadata"]["labels"]["slotune.io/tunedmodel"] == "chat"
+    args = runtime_container(deployment)["args"]
+    assert "--max-num-seqs=32" in args and "--admin-token-file" in args
+    assert runtime_container(deployment)["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert len(base64.b64decode(secret["data"]["token"])) >= 32
+
+    kube.kubectl("rollout", "status", "deployment/chat-runtime", "-n", namespace, "--timeout=90s")
+    pods = json.loads(kube.kubectl("get", "pods", "-n", namespace, "-l", "slotune.io/tunedmodel=chat",
+                                   "-o", "json").stdout)["items"]
+    assert len(pods) == 2 and {p["spec"]["nodeName"] for p in pods} == {"gpu-h100-0"}
+
+    ready = wait_for(lambda: (c := condition(get(kube, "tunedmodel", "chat", namespace), "Ready"))
+                     and c["status"] == "True" and c, 60, "Ready=True", describe=describe)
+    assert ready["reason"] == "RolloutComplete"
+    status = get(kube, "tunedmodel", "chat", namespace)["status"]
+    metrics = condition({"status": status}, "MetricsAvailable")
+    assert (metrics["status"], metrics["reason"]) == ("False", "NoPrometheus")
+    assert condition({"status": status}, "Tuning")["status"] == "False"
+    assert {c["type"] for c in status["conditions"]} == {"Ready", "SLOMet", "Tuning", "MetricsAvailable", "Degraded"}
+    assert status["phase"] == "Measuring"
+    printed = kube.kubectl("get", "tunedmodel", "chat", "-n", namespace).stdout
+    assert "PHASE" in printed.splitlines()[0] and "Measuring" in printed
+    assert "Deployed" in {e["reason"] for e in events(kube, namespace, "chat")}
+
+
+def test_deleting_the_tunedmodel_deletes_its_children(kube, namespace, operator) -> None:
+    apply(kube, tunedmodel("gone", namespace, tuning={"mode": "off", "windowSeconds": 5, "minSamples": 10}))
+    wait_for(lambda: get(kube, "deployment", "gone-runtime", namespace), 60, "the Deployment",
+             describe=operator.log_tail)
+    kube.kubectl("delete", "tunedmodel", "gone", "-n", namespace, "--timeout=60s")
+    for kind, name in (("deployment", "gone-runtime"), ("service", "gone-runtime"), ("secret", "gone-admin-token")):
+        wait_for(lambda kind=kind, name=name: get(kube, kind, name, namespace) is None, 60, f"{kind} {name} gone")
+
+
+def test_spec_change_rolls_out_the_new_starting_config(kube, namespace, operator) -> None:
+    manifest = tunedmodel("edit", namespace, tuning={"mode": "off", "windowSeconds": 5, "minSamples": 10})
+    apply(kube, manifest)
+    wait_for(lambda: get(kube, "deployment", "edit-runtime", namespace), 60, "the Deployment",
+             describe=operator.log_tail)
+    manifest["spec"]["runtime"] = {"config": {"maxNumSeqs": 8, "enablePrefixCaching": False}}
+    apply(kube, manifest)
+
+    def rolled() -> bool:
+        args = runtime_container(get(kube, "deployment", "edit-runtime", namespace))["args"]
+        return "--max-num-seqs=8" in args and "--no-enable-prefix-caching" in args
+
+    wait_for(rolled, 60, "the new args", describe=operator.log_tail)
+
+
+def test_prometheus_down_keeps_the_config_and_says_metrics_unavailable(kube, namespace, tmp_path) -> None:
+    closed = f"http://127.0.0.1:{free_port()}"  # nothing listens here: connection refused, like a Prometheus outage
+    process = OperatorProcess(kube.kubeconfig, tmp_path / "operator", {"SLOTUNE_PROMETHEUS_URL": closed})
+    with process:
+        apply(kube, tunedmodel("blind", namespace))
+
+        def unavailable() -> dict[str, Any] | None:
+            found = condition(get(kube, "tunedmodel", "blind", namespace), "MetricsAvailable")
+            return found if found and found["status"] == "False" else None
+
+        found = wait_for(unavailable, 60, "MetricsAvailable=False", describe=process.log_tail)
+        assert found["reason"] == "PrometheusUnreachable"
+        # A few more windows: still nothing changed.
+        wait_for(lambda: "Reconfigured" not in {e["reason"] for e in events(kube, namespace, "blind")}
+                 and len(events(kube, namespace, "blind")) >= 2, 30, "events")
+        status = get(kube, "tunedmodel", "blind", namespace)["status"]
+    assert status["config"]["maxNumSeqs"] == 32
+    assert status.get("history", []) == []
+    args = runtime_container(get(kube, "deployment", "blind-runtime", namespace))["args"]
+    assert "--max-num-seqs=32" in args
+    assert "MetricsUnavailable" in {e["reason"] for e in events(kube, namespace, "blind")}

@@ -1,9 +1,9 @@
 """Rotary embeddings and attention over the paged KV cache.
 
-The KV cache of one layer is a pair of tensors [num_blocks * block_size, num_kv_heads, head_dim]; a token's slot is
-block_id * block_size + offset. Each step writes the new tokens' K/V into their slots, then attends per group:
+The KV cache of one layer is a pair of head-major tensors [num_kv_heads, num_blocks * block_size, head_dim]; a token's
+slot is block_id * block_size + offset. Each step writes the new tokens' K/V into their slots, then attends per group:
 - a "batched" group: many sequences with few query tokens each (decode, or speculative verification); their active
-  blocks are gathered into one padded [B, S, kv_heads, head_dim] tensor and attended with two bmm calls and a mask;
+  blocks are gathered into one padded [kv_heads, B, S, head_dim] tensor and attended with two bmm calls and a mask;
 - a "prefill" group: one sequence with a long chunk; without earlier context it attends to its own K/V with a causal
   SDPA (flash/efficient kernels on CUDA, the fused CPU kernel elsewhere), otherwise it gathers its blocks.
 Pure PyTorch, so it runs on CPU; torch's SDPA picks fused kernels on CUDA.
@@ -66,7 +66,7 @@ class AttentionGroup:
 
     block_tables: [B, max_blocks] (None for a fresh prefill that needs no cached context);
     mask: [1, 1, n, S] bool (True = may attend) for a prefill chunk with earlier context, else None;
-    bias: [B, 1, 1, max_q, S] float (0 or -inf) for the batched group, else None;
+    bias: [1, B, 1, max_q, S] float (0 or -inf) for the batched group, else None;
     num_queries: queries per sequence when uniform, else 0;
     pad_index: [B * max_q] positions (relative to start) that fill the padded queries when not uniform;
     valid_index: [end - start] rows of the padded [B * max_q] output that are real tokens.
@@ -95,44 +95,45 @@ class AttentionMetadata:
 def write_kv(
     k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor
 ) -> None:
-    """Store the step's K/V [T, kv_heads, head_dim] in their cache slots."""
-    k_cache.index_copy_(0, slots, k)
-    v_cache.index_copy_(0, slots, v)
+    """Store the step's K/V [T, kv_heads, head_dim] in their slots of the [kv_heads, num_slots, head_dim] caches."""
+    k_cache.index_copy_(1, slots, k.transpose(0, 1))
+    v_cache.index_copy_(1, slots, v.transpose(0, 1))
 
 
 def _gather(cache: torch.Tensor, block_tables: torch.Tensor, block_size: int) -> torch.Tensor:
-    """[num_slots, kvh, d] cache + [B, nb] tables -> [B, nb * block_size, kvh, d], the active blocks only."""
-    num_blocks = cache.shape[0] // block_size
-    # index_select, not advanced indexing: ~10x faster on CPU for this copy.
-    blocks = cache.view(num_blocks, block_size, *cache.shape[1:]).index_select(0, block_tables.view(-1))
+    """[kvh, num_slots, d] cache + [B, nb] tables -> [kvh, B, nb * block_size, d], the active blocks only.
+
+    Head-major, so the result feeds bmm as [kvh * B, S, d] without another copy; index_select, not advanced
+    indexing: ~10x faster on CPU.
+    """
+    kvh, num_slots, d = cache.shape
+    blocks = cache.view(kvh, num_slots // block_size, block_size, d).index_select(1, block_tables.view(-1))
     b, nb = block_tables.shape
-    return blocks.view(b, nb * block_size, *cache.shape[1:])
+    return blocks.view(kvh, b, nb * block_size, d)
 
 
 def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """One sequence: q [n, H, d], k/v [S, kvh, d]; causal when mask is None (S == n). Returns [n, H, d]."""
-    q, k, v = q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None]
+    """One sequence: q [n, H, d], k/v [1, kvh, S, d]; causal when mask is None (S == n). Returns [n, H, d]."""
     out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=q.shape[1] != k.shape[1]
+        q.transpose(0, 1)[None], k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=q.shape[1] != k.shape[1]
     )
     return out[0].transpose(0, 1)
 
 
 def _batched_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """q [B, Q, H, d], keys/values [B, S, kvh, d], bias [B, 1, 1, Q, S] (0 or -inf) -> [B, Q, H, d].
+    """q [B, Q, H, d], keys/values [kvh, B, S, d], bias [1, B, 1, Q, S] (0 or -inf) -> [B, Q, H, d].
 
     Two bmm calls with the query heads of a KV group stacked as rows: on CPU this beats SDPA's per-head kernel
     several times at decode shapes, and GQA needs no repeated K/V.
     """
     b, nq, h, d = q.shape
-    kvh, s = keys.shape[2], keys.shape[1]
+    kvh, s = keys.shape[0], keys.shape[2]
     g = h // kvh
-    qg = q.view(b, nq, kvh, g, d).permute(0, 2, 3, 1, 4).reshape(b * kvh, g * nq, d)
-    kt = keys.permute(0, 2, 3, 1).reshape(b * kvh, d, s)
-    vg = values.permute(0, 2, 1, 3).reshape(b * kvh, s, d)
-    scores = torch.bmm(qg, kt).view(b, kvh, g, nq, s).float() * d**-0.5 + bias
-    probs = scores.softmax(dim=-1).to(vg.dtype).view(b * kvh, g * nq, s)
-    return torch.bmm(probs, vg).view(b, kvh, g, nq, d).permute(0, 3, 1, 2, 4).reshape(b, nq, h, d)
+    qg = q.view(b, nq, kvh, g, d).permute(2, 0, 3, 1, 4).reshape(kvh * b, g * nq, d)
+    scores = torch.bmm(qg, keys.view(kvh * b, s, d).transpose(1, 2)).view(kvh, b, g, nq, s)
+    probs = (scores.float() * d**-0.5 + bias).softmax(dim=-1).to(values.dtype).view(kvh * b, g * nq, s)
+    out = torch.bmm(probs, values.view(kvh * b, s, d))  # [kvh * B, g * Q, d]
+    return out.view(kvh, b, g, nq, d).permute(1, 3, 0, 2, 4).reshape(b, nq, h, d)
 
 
 def _attend_group(
@@ -147,11 +148,12 @@ def _attend_group(
     """Attention for the group's tokens; returns [end - start, heads, head_dim]."""
     qg = q[g.start : g.end]
     if g.block_tables is None:  # fresh prefill of one sequence: only its own tokens
-        return _prefill_attention(qg, k[g.start : g.end], v[g.start : g.end], None)
+        own_k, own_v = k[g.start : g.end].transpose(0, 1)[None], v[g.start : g.end].transpose(0, 1)[None]
+        return _prefill_attention(qg, own_k, own_v, None)
     keys = _gather(k_cache, g.block_tables, block_size)
     values = _gather(v_cache, g.block_tables, block_size)
     if g.mask is not None:  # one long prefill chunk continuing earlier context
-        return _prefill_attention(qg, keys[0], values[0], g.mask[0])
+        return _prefill_attention(qg, keys.transpose(0, 1), values.transpose(0, 1), g.mask[0])
     assert g.bias is not None
     heads, dim = qg.shape[1], qg.shape[2]
     if g.num_queries:

@@ -58,7 +58,7 @@ class ModelRunner:
 
     def allocate_kv_cache(self, num_blocks: int) -> None:
         """Allocate the KV pool; separate from __init__ because on CUDA its size depends on memory left by weights."""
-        shape = (num_blocks * self.block_size, self.config.num_kv_heads, self.config.head_dim)
+        shape = (self.config.num_kv_heads, num_blocks * self.block_size, self.config.head_dim)  # head-major
         self.num_blocks = num_blocks
         # Zeroed, not empty: masked-out slots are still multiplied by zero probabilities, and NaN * 0 is NaN.
         self.kv_caches = [
@@ -138,7 +138,7 @@ class ModelRunner:
         max_q, num_tokens = max(lengths), sum(lengths)
         tables, mask = self._tables_and_mask(seqs, max_q)
         bias = torch.zeros(mask.shape, dtype=torch.float32, device=self.device).masked_fill_(~mask, float("-inf"))
-        bias = bias[:, :, None]  # [B, 1, 1, max_q, S]
+        bias = bias[None]  # [1, B, 1, max_q, S]
         if all(n == max_q for n in lengths):
             return AttentionGroup(0, num_tokens, len(seqs), tables, None, max_q, bias)
         pad: list[int] = []

@@ -32,8 +32,11 @@ _MAX_RETRY_AFTER_S = 60
 _E2E_EWMA_WEIGHT = 0.1  # weight of the newest finished request in the service-time average
 
 
-class EngineDeadError(RuntimeError):
-    """The worker's step raised; the engine serves nothing more."""
+class EngineDeadError(APIError):
+    """The worker's step raised; the engine serves nothing more (a 500 for the requests it held)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(500, message, type_="server_error", code="engine_dead")
 
 
 @dataclass(frozen=True)

@@ -171,8 +171,9 @@ async def _collect_unless_disconnected(outputs: RequestStream, request: Request)
 
 
 async def _wait_disconnect(request: Request) -> None:
-    while not await request.is_disconnected():
-        await asyncio.sleep(0.1)
+    # The body is already read, so the next ASGI message is the client going away (no polling).
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def build_openai_router(handlers: OpenAIHandlers) -> APIRouter:

@@ -97,6 +97,6 @@ def load_model(path: Path, dtype: torch.dtype, device: torch.device) -> LlamaMod
     cfg = ModelConfig.from_dir(Path(path))
     with torch.device("meta"):
         model = LlamaModel(cfg)
-    model = model.to_empty(device=device).to(dtype)
+    model = model.to(dtype).to_empty(device=device)  # cast on meta: no fp32 copy is ever allocated
     load_weights(model, Path(path))
     return model.eval()

@@ -85,3 +85,17 @@ def test_greedy_generation_matches_transformers_generate(fixture: str, request: 
     with torch.inference_mode():
         out = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False, eos_token_id=None)
     assert ours == out[0, len(prompt) :].tolist()
+
+
+def test_bfloat16_runner_tracks_float32(nano_llama: Path) -> None:
+    """bf16 weights and KV: logits stay close to fp32 (bf16 has ~3 significant digits, so a loose bound)."""
+    prompt = _prompt(5, 40, 512)
+    logits = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        runner = ModelRunner(
+            nano_llama, dtype, torch.device("cpu"), max_model_len=128, block_size=BLOCK_SIZE, num_blocks=16
+        )
+        runner.execute([SequenceInput(prompt[:-1], 0, list(range(11)), 0)])
+        logits[dtype] = runner.execute([SequenceInput(prompt[-1:], 39, list(range(11)), 1)])[0]
+    scale = logits[torch.float32].abs().max().item()
+    assert (logits[torch.bfloat16] - logits[torch.float32]).abs().max().item() < 0.1 * scale

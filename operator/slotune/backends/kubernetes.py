@@ -45,6 +45,7 @@ _HOPELESS_WAITING = frozenset({"CrashLoopBackOff", "ErrImagePull", "ImagePullBac
                                "CreateContainerConfigError", "CreateContainerError"})
 # A pod may wait this long for GPUs a terminating pod still holds before the rollout counts as failed.
 UNSCHEDULABLE_GRACE_S = 30.0
+ADMIN_CONNECT_RETRY_S = 60.0  # how long a Ready pod may refuse connections before its POST counts as failed
 
 
 @dataclass(frozen=True)
@@ -213,24 +214,37 @@ class KubernetesBackend:
         return base64.b64decode(secret["data"]["token"]).decode()
 
     def post_admin_config(self, pod: dict[str, Any], config: RuntimeConfig, token: str) -> AdminCall:
+        """POST the hot knobs to one pod, retrying while it does not accept connections yet (a pod turns Ready a
+        moment before its address is reachable from everywhere)."""
         name = pod["metadata"]["name"]
         headers = {"Authorization": f"Bearer {token}"}
-        try:
-            response = self._send_admin(pod, config.admin_payload(), headers)
-        except httpx.HTTPError as error:
-            return AdminCall(name, None, type(error).__name__)
-        return AdminCall(name, response.status_code, "" if response.status_code == 200 else response.text[:200])
+        deadline = time.monotonic() + ADMIN_CONNECT_RETRY_S
+        while True:
+            try:
+                response = self._send_admin(pod, config.admin_payload(), headers)
+            except (httpx.TransportError, _NoRoute) as error:
+                if time.monotonic() > deadline or self._should_stop():
+                    return AdminCall(name, None, type(error).__name__)
+                time.sleep(1.0)
+                continue
+            return AdminCall(name, response.status_code, "" if response.status_code == 200 else response.text[:200])
 
     def _send_admin(self, pod: dict[str, Any], payload: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
         name = pod["metadata"]["name"]
-        override = self.settings.pod_endpoints().get(f"{self.namespace}/{name}")
-        if override is not None:
-            return httpx.post(f"{override.rstrip('/')}/admin/config", json=payload, headers=headers, timeout=30)
+        if self.settings.pod_endpoints_file is not None:
+            url = self.settings.pod_endpoints().get(f"{self.namespace}/{name}")
+            if url is None:
+                raise _NoRoute(f"{name} is not in {self.settings.pod_endpoints_file}")
+            return httpx.post(f"{url.rstrip('/')}/admin/config", json=payload, headers=headers, timeout=30)
         if self.settings.admin_transport is AdminTransport.PROXY:
             path = f"/api/v1/namespaces/{self.namespace}/pods/{name}:{RUNTIME_PORT}/proxy/admin/config"
             return self.api.request("POST", path, body=payload, headers=headers)
         url = f"http://{pod['status']['podIP']}:{RUNTIME_PORT}/admin/config"
         return httpx.post(url, json=payload, headers=headers, timeout=30)
+
+
+class _NoRoute(Exception):
+    """The pod endpoints file does not list the pod (yet)."""
 
 
 def rollout_state(deployment: dict[str, Any]) -> Rollout:

@@ -210,7 +210,7 @@ def write_results(runs: list[Run], args: argparse.Namespace) -> None:
         f"Of the server's CPU per token, {http_cpu:.0f} us are spent outside the engine worker thread (event loop, "
         f"HTTP, SSE framing): {http_cpu / engine_cpu * 100:.1f}% of the engine's own cost; the engine worker "
         f"thread itself spends {server_cpu - http_cpu:.0f} us per token in the server vs {engine_cpu:.0f} us alone "
-        "(GIL hand-offs with the event loop and the per-step metrics).", "",
+        "(the difference is within this machine's run-to-run noise).", "",
         "Per run: " + ", ".join(f"{r.side} {r.tokens_per_s:.0f} tok/s {r.cpu_us_per_token:.0f} us" for r in runs), "",
         "The client (bare asyncio sockets, this process) shares the machine's cores with the server. When other",
         "work loads the machine, wall-clock throughput swings with the share of CPU each side gets; CPU time per",

@@ -209,8 +209,8 @@ def write_results(runs: list[Run], args: argparse.Namespace) -> None:
         f"CPU cost per token: **{result['cpu_overhead_fraction'] * 100:+.1f}%** (target < 15%).",
         f"Of the server's CPU per token, {http_cpu:.0f} us are spent outside the engine worker thread (event loop, "
         f"HTTP, SSE framing): {http_cpu / engine_cpu * 100:.1f}% of the engine's own cost; the engine worker "
-        f"thread itself spends {server_cpu - http_cpu:.0f} us per token in the server vs {engine_cpu:.0f} us alone "
-        "(the difference is within this machine's run-to-run noise).", "",
+        f"thread itself spends {server_cpu - http_cpu:.0f} us per token in the server vs {engine_cpu:.0f} us "
+        "alone.", "",
         "Per run: " + ", ".join(f"{r.side} {r.tokens_per_s:.0f} tok/s {r.cpu_us_per_token:.0f} us" for r in runs), "",
         "The client (bare asyncio sockets, this process) shares the machine's cores with the server. When other",
         "work loads the machine, wall-clock throughput swings with the share of CPU each side gets; CPU time per",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -19,7 +20,8 @@ from slotune.knobs import Engine
 from slotune.loadgen.runner import RunPlan, run_workload
 from slotune.loadgen.stats import client_snapshot
 from slotune.loadgen.workload import WorkloadSpec
-from slotune.metrics.names import names_for
+from slotune.metrics.exposition import Exposition
+from slotune.metrics.names import MetricNames, names_for
 from slotune.metrics.promql import Selector, promql_snapshot
 from slotune.metrics.scrape import fetch_exposition, readings_from_scrapes
 from slotune.metrics.snapshot import MetricsSnapshot, Source
@@ -50,11 +52,14 @@ class LocalMeasurement:
         with httpx.Client(timeout=10) as scraper:
             before = [fetch_exposition(scraper, f"{url}/metrics") for url in urls]
             started = time.monotonic()
-            result = asyncio.run(run_workload(self.workload, plan))
+            with GaugeSampler(urls, self.names, {self.names.model_label: self.model}) as gauges:
+                result = asyncio.run(run_workload(self.workload, plan))
             after = [fetch_exposition(scraper, f"{url}/metrics") for url in urls]
             measured_s = time.monotonic() - started
         client = client_snapshot(result.records, result.duration_s)
         server = self._server_side(before, after, measured_s)
+        if server is not None and not self.prometheus_url:
+            server = gauges.apply(server)
         return merge(client, server)
 
     def _server_side(self, before: list, after: list, measured_s: float) -> MetricsSnapshot | None:
@@ -69,6 +74,58 @@ class LocalMeasurement:
         except MetricsUnavailable:
             return None
         return readings.to_snapshot(Source.SCRAPE)
+
+
+class GaugeSampler:
+    """Samples the runtimes' gauges (running, waiting, KV usage) every `interval_s` while a window runs.
+
+    Two scrapes at the window's edges see an idle server between bursts; the tuner needs the batch occupancy and
+    queue length averaged over the window, as Prometheus' avg_over_time gives on Kubernetes.
+    """
+
+    def __init__(self, urls: Sequence[str], names: MetricNames, selector: dict[str, str],
+                 interval_s: float = 0.5) -> None:
+        self.urls, self.names, self.selector, self.interval_s = urls, names, selector, interval_s
+        self.running: list[float] = []
+        self.waiting: list[float] = []
+        self.kv_usage: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample_until_stopped, name="gauge-sampler", daemon=True)
+
+    def __enter__(self) -> GaugeSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample_until_stopped(self) -> None:
+        with httpx.Client(timeout=5) as client:
+            while not self._stop.wait(self.interval_s):
+                try:
+                    scrapes = [fetch_exposition(client, f"{url}/metrics") for url in self.urls]
+                except MetricsUnavailable:
+                    continue  # a missed sample only thins the average
+                self._record(scrapes)
+
+    def _record(self, scrapes: list[Exposition]) -> None:
+        def total(name: str | None) -> float:
+            return sum(sum(s.gauges(name, self.selector)) for s in scrapes) if name else 0.0
+
+        self.running.append(total(self.names.num_running))
+        self.waiting.append(total(self.names.num_waiting))
+        if self.names.kv_cache_usage:
+            self.kv_usage.append(total(self.names.kv_cache_usage) / len(scrapes))
+
+    def apply(self, snapshot: MetricsSnapshot) -> MetricsSnapshot:
+        if not self.running:
+            return snapshot
+        return dataclasses.replace(
+            snapshot, num_running_mean=sum(self.running) / len(self.running),
+            num_waiting_mean=sum(self.waiting) / len(self.waiting),
+            kv_cache_usage=sum(self.kv_usage) / len(self.kv_usage) if self.kv_usage else snapshot.kv_cache_usage,
+        )
 
 
 def merge(client: MetricsSnapshot, server: MetricsSnapshot | None) -> MetricsSnapshot:

@@ -10,7 +10,7 @@ import pytest
 
 from gpu_runtime.checkpoint import PRESETS, build_checkpoint
 from gpu_runtime.config import ModelConfig
-from gpu_runtime.tokenizer import Tokenizer
+from gpu_runtime.tokenizer import IncrementalDetokenizer, Tokenizer
 
 
 def _digests(path: Path) -> dict[str, str]:
@@ -66,3 +66,13 @@ def test_small_preset_is_about_100m_parameters() -> None:
         }
     )
     assert 80e6 < cfg.num_params < 130e6
+
+
+def test_incremental_detokenizer_never_splits_characters(nano_llama: Path) -> None:
+    tok = Tokenizer(nano_llama)
+    text = "héllo wörld, 世界 ✓ done"
+    ids = tok.encode(text)
+    detok = IncrementalDetokenizer(tok)
+    deltas = [detok.step(ids[: i + 1]) for i in range(len(ids))]
+    assert "".join(deltas) == text
+    assert all("\ufffd" not in d for d in deltas)

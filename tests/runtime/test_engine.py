@@ -8,8 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from gpu_runtime.engine import EngineConfig, LLMEngine, RequestOutput, SamplingParams, SchedulerKnobs
+from gpu_runtime.sampling import Sampler
 
 GREEDY = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)
 NUM_REQUESTS = 16
@@ -238,3 +240,27 @@ def test_bad_requests_are_refused(tiny: Path, prompt: list[int], params: Samplin
 def test_sampling_params_validate(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         SamplingParams(**kwargs)  # type: ignore[arg-type]
+
+
+def test_sampler_filters_and_distribution() -> None:
+    sampler = Sampler(torch.device("cpu"), seed=0)
+    logits = torch.tensor([[0.0, 3.0, 2.9, -1.0]] * 3)
+    params = [
+        SamplingParams(temperature=1.0, top_k=1),  # only the best token survives
+        SamplingParams(temperature=1.0, top_p=0.01),  # nucleus of one token
+        SamplingParams(temperature=0.0),  # greedy
+    ]
+    for _ in range(20):
+        assert sampler.sample(logits, params, ["a", "b", "c"]) == [1, 1, 1]
+    top2 = [SamplingParams(temperature=5.0, top_k=2)] * 200
+    drawn = sampler.sample(torch.tensor([[0.0, 3.0, 2.9, -1.0]] * 200), top2, [f"r{i}" for i in range(200)])
+    assert set(drawn) == {1, 2}  # hot temperature spreads over exactly the top two
+
+
+def test_sampler_seed_gives_the_same_draws() -> None:
+    logits = torch.randn(1, 50, generator=torch.Generator().manual_seed(0))
+    params = [SamplingParams(temperature=1.0, seed=7)]
+    first, second = Sampler(torch.device("cpu"), seed=1), Sampler(torch.device("cpu"), seed=2)
+    draws = [first.sample(logits, params, ["x"])[0] for _ in range(10)]
+    assert draws == [second.sample(logits, params, ["x"])[0] for _ in range(10)]
+    assert len(set(draws)) > 1

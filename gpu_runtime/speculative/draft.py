@@ -59,7 +59,12 @@ class DraftModelProposer:
                 "a draft must share the target's tokenizer"
             )
         dtype, device, max_model_len, block_size, num_blocks = runner_args
-        runner = ModelRunner(Path(path), dtype, device, max_model_len, block_size, num_blocks)
+        try:
+            runner = ModelRunner(Path(path), dtype, device, max_model_len, block_size, num_blocks)
+        except torch.OutOfMemoryError as error:
+            # The draft's KV has as many blocks as the target's; on a full GPU that may not fit.
+            raise ValueError(f"no memory for draft model {path} and its KV cache ({num_blocks} blocks): lower "
+                             "--gpu-memory-utilization or use a smaller draft") from error
         return cls(runner, probs_fn, seed)
 
     def forget_except(self, live_request_ids: set[str]) -> None:

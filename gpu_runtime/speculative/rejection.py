@@ -53,12 +53,14 @@ def verify_greedy(target_logits: torch.Tensor, draft_token_ids: torch.Tensor, nu
     return _assemble(draft_token_ids, num_accepted, last)
 
 
-def _uniform(shape: tuple[int, int], generators: Sequence[torch.Generator | None] | None, device: torch.device):
-    """[B, n] uniforms in [0, 1); a row with its own generator (a seeded request) draws from it alone."""
-    u = torch.rand(shape, device=device)
+def _uniform(num_draft: torch.Tensor, width: int, generators: Sequence[torch.Generator | None] | None):
+    """[B, width] uniforms in [0, 1). A row with its own generator (a seeded request) draws exactly num_draft[b]
+    from it, so what a seeded request consumes never depends on the other requests in the batch."""
+    u = torch.rand((num_draft.shape[0], width), device=num_draft.device)
     for b, gen in enumerate(generators or ()):
         if gen is not None:
-            u[b] = torch.rand(shape[1], generator=gen, device=device)
+            n = int(num_draft[b])
+            u[b, :n] = torch.rand(n, generator=gen, device=num_draft.device)
     return u
 
 
@@ -88,7 +90,7 @@ def rejection_sample(
     p_x = target_probs[:, :k].gather(2, ids).squeeze(2)  # [B, K]
     q_x = torch.ones_like(p_x) if draft_probs is None else draft_probs.gather(2, ids).squeeze(2)
     # u < p/q happens with probability min(1, p/q); written multiplied out so q = 0 never divides.
-    accept = _uniform((batch, k), generators, device) * q_x < p_x
+    accept = _uniform(num_draft, k, generators) * q_x < p_x
     num_accepted = _num_accepted(accept, num_draft)  # [B]
     rows = torch.arange(batch, device=device)
     p_last = target_probs[rows, num_accepted]  # [B, V]

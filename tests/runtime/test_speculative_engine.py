@@ -170,3 +170,27 @@ def test_bad_speculative_config_keeps_the_current_one(tiny: Path, draft: Path) -
     with pytest.raises(ValueError, match=r"no config\.json"):
         engine.set_speculative({"method": "draft_model", "model": str(tiny.parent / "missing")})
     assert engine.speculative == _settings("ngram", tiny, draft)
+
+
+def test_seeded_sampling_with_prompt_lookup_does_not_depend_on_the_batch(
+    tiny: Path, prompts: list[list[int]]
+) -> None:
+    spec = SpeculativeSettings(SpecMethod.NGRAM, 4, 1, 2)
+    # A prompt holding half the vocabulary: most sampled tokens occurred before, so lookup drafts nearly every step.
+    long_prompt = list(range(2, 1002))
+    seeded = SamplingParams(max_tokens=24, temperature=0.8, seed=11, ignore_eos=True)
+    others = SamplingParams(max_tokens=24, temperature=0.8, ignore_eos=True)
+    alone = _engine(tiny, spec)
+    alone.add_request("seeded", long_prompt, seeded)
+    batched = _engine(tiny, spec)
+    batched.add_request("seeded", long_prompt, seeded)
+    for i in range(8):
+        batched.add_request(f"other{i}", prompts[i], others)
+    results = []
+    for engine in (alone, batched):
+        tokens: list[int] = []
+        while engine.has_unfinished_requests():
+            tokens += [t for out in engine.step() if out.request_id == "seeded" for t in out.new_token_ids]
+        results.append(tokens)
+        assert engine.stats().spec_num_drafts >= 10
+    assert results[0] == results[1]

@@ -49,6 +49,7 @@ class Run:
     concurrency: int
     tokens: int
     wall_s: float
+    cpu_s: float  # this process's CPU time: robust to other work on a shared machine (one torch thread)
     draft_tokens: int
     accepted_tokens: int
     drafts: int
@@ -56,6 +57,10 @@ class Run:
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.wall_s
+
+    @property
+    def tokens_per_cpu_s(self) -> float:
+        return self.tokens / self.cpu_s
 
 
 @dataclass(frozen=True)
@@ -108,15 +113,15 @@ def run_once(work: Workload, method: str, concurrency: int, max_tokens: int, tag
     engine.set_speculative(_settings(method, work.draft_dir))
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     before = engine.stats()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for i, prompt in enumerate(work.prompts[:concurrency]):
         engine.add_request(f"{tag}-{i}", prompt, params)
     tokens = 0
     while engine.has_unfinished_requests():
         tokens += sum(len(out.new_token_ids) for out in engine.step())
-    wall_s = time.perf_counter() - start
+    wall_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
     after = engine.stats()
-    return Run(work.name, method, concurrency, tokens, wall_s,
+    return Run(work.name, method, concurrency, tokens, wall_s, cpu_s,
                after.spec_num_draft_tokens - before.spec_num_draft_tokens,
                after.spec_num_accepted_tokens - before.spec_num_accepted_tokens,
                after.spec_num_drafts - before.spec_num_drafts)
@@ -128,15 +133,18 @@ def summarize(runs: list[Run]) -> list[dict[str, object]]:
         for concurrency in CONCURRENCIES:
             cell = [r for r in runs if r.workload == workload and r.concurrency == concurrency]
             base = statistics.median(r.tokens_per_s for r in cell if r.method == "off")
+            base_cpu = statistics.median(r.tokens_per_cpu_s for r in cell if r.method == "off")
             for method in METHODS:
                 mine = [r for r in cell if r.method == method]
                 draft_tokens = sum(r.draft_tokens for r in mine)
                 drafts = sum(r.drafts for r in mine)
                 accepted = sum(r.accepted_tokens for r in mine)
                 tok_s = statistics.median(r.tokens_per_s for r in mine)
+                tok_cpu_s = statistics.median(r.tokens_per_cpu_s for r in mine)
                 rows.append({
                     "workload": workload, "concurrency": concurrency, "method": method,
                     "tokens_per_s": round(tok_s, 1), "speedup": round(tok_s / base, 3),
+                    "tokens_per_cpu_s": round(tok_cpu_s, 1), "speedup_cpu": round(tok_cpu_s / base_cpu, 3),
                     "acceptance_rate": round(accepted / draft_tokens, 3) if draft_tokens else None,
                     "mean_acceptance_length": round(1 + accepted / drafts, 2) if drafts else None,
                 })
@@ -147,19 +155,24 @@ def write_results(rows: list[dict[str, object]], runs: list[Run], args: argparse
     RESULTS.mkdir(parents=True, exist_ok=True)
     result = {"benchmark": "speculative_decoding", "machine": machine(), "device": "cpu",
               "model": f"{args.preset} preset shapes, fp32", "num_speculative_tokens": K, "max_tokens": args.max_tokens,
-              "rounds": args.rounds, "summary": rows, "runs": [asdict(r) | {"tokens_per_s": r.tokens_per_s}
-                                                               for r in runs]}
+              "rounds": args.rounds, "summary": rows,
+              "runs": [asdict(r) | {"tokens_per_s": r.tokens_per_s, "tokens_per_cpu_s": r.tokens_per_cpu_s}
+                       for r in runs]}
     (RESULTS / "speculative.json").write_text(json.dumps(result, indent=2) + "\n")
     m = result["machine"]
     lines = [
         "# Speculative decoding on CPU", "",
         f"Machine: {m['cpu_model']}, {m['cpu_cores']} cores, torch {m['torch']}, {m['torch_threads']} torch thread(s). "
         f"Model: {result['model']}; k = {K}; {args.max_tokens} greedy output tokens per request; median of "
-        f"{args.rounds} interleaved rounds. Speedup = output tokens/s with speculation / without, same cell.", "",
-        "| workload | concurrency | method | tokens/s | speedup | acceptance rate | mean acceptance length |",
-        "|---|---|---|---|---|---|---|",
+        f"{args.rounds} interleaved rounds. Speedup = output tokens/s with speculation / without, same cell; "
+        "wall clock, and per CPU second of this process (the steadier figure while other work shares the cores).",
+        "",
+        "| workload | concurrency | method | tokens/s (wall) | speedup (wall) | tokens/CPU-s | speedup (CPU) "
+        "| acceptance rate | mean acceptance length |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [f"| {r['workload']} | {r['concurrency']} | {r['method']} | {r['tokens_per_s']} | {r['speedup']} | "
+              f"{r['tokens_per_cpu_s']} | {r['speedup_cpu']} | "
               f"{r['acceptance_rate'] if r['acceptance_rate'] is not None else '-'} | "
               f"{r['mean_acceptance_length'] if r['mean_acceptance_length'] is not None else '-'} |" for r in rows]
     lines += ["", "Repetitive uses a successor model whose continuation repeats the prompt (an upper bound on what",

@@ -98,6 +98,10 @@ def _architecture(raw: dict[str, object]) -> str:
     arch = str(archs[0])  # type: ignore[index]
     if arch not in SUPPORTED_ARCHITECTURES:
         raise ValueError(f"unsupported architecture {arch!r}; supported: {SUPPORTED_ARCHITECTURES}")
+    window = raw.get("sliding_window")
+    uses_window = raw.get("use_sliding_window", arch == "MistralForCausalLM") and window is not None
+    if uses_window and int(window) < int(raw.get("max_position_embeddings", 0)):  # type: ignore[call-overload]
+        raise ValueError(f"sliding-window attention (window {window}) is not supported")
     return arch
 
 

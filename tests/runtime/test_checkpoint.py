@@ -76,3 +76,17 @@ def test_incremental_detokenizer_never_splits_characters(nano_llama: Path) -> No
     deltas = [detok.step(ids[: i + 1]) for i in range(len(ids))]
     assert "".join(deltas) == text
     assert all("\ufffd" not in d for d in deltas)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"architectures": ["GPT2LMHeadModel"]}, "unsupported architecture"),
+        ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_type"),
+        ({"use_sliding_window": True, "sliding_window": 64}, "sliding-window"),
+    ],
+)
+def test_unsupported_configs_are_refused(nano_llama: Path, override: dict[str, object], message: str) -> None:
+    raw = json.loads((nano_llama / "config.json").read_text())
+    with pytest.raises(ValueError, match=message):
+        ModelConfig.from_dict({**raw, **override})

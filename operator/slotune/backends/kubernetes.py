@@ -48,6 +48,11 @@ UNSCHEDULABLE_GRACE_S = 30.0
 ADMIN_CONNECT_RETRY_S = 60.0  # how long a Ready pod may refuse connections before its POST counts as failed
 
 
+class OperatorStopping(Exception):
+    """The operator is shutting down mid-step. Nothing is saved, so the next operator redoes the step from the
+    status (an unapplied change is applied again); it must never count as a failed config."""
+
+
 @dataclass(frozen=True)
 class Rollout:
     done: bool
@@ -168,7 +173,7 @@ class KubernetesBackend:
                 return ApplyResult.failure(problem, crashed=True)
             time.sleep(1.0)
         if self._should_stop():
-            return ApplyResult.failure("operator stopping", crashed=False)
+            raise OperatorStopping
         message = f"rollout not finished after {self.settings.rollout_timeout_s:.0f} s"
         self._record("RolloutFailed", message, True)
         return ApplyResult.failure(message, crashed=True)
@@ -223,7 +228,9 @@ class KubernetesBackend:
             try:
                 response = self._send_admin(pod, config.admin_payload(), headers)
             except (httpx.TransportError, _NoRoute) as error:
-                if time.monotonic() > deadline or self._should_stop():
+                if self._should_stop():
+                    raise OperatorStopping from error
+                if time.monotonic() > deadline:
                     return AdminCall(name, None, type(error).__name__)
                 time.sleep(1.0)
                 continue

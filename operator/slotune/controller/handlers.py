@@ -16,6 +16,7 @@ import kopf
 
 from slotune.api import GROUP, PLURAL, VERSION, InvalidTunedModel, TunedModel, parse_tunedmodel
 from slotune.backends.kube_api import KubeAPI, KubeError
+from slotune.backends.kubernetes import OperatorStopping
 from slotune.controller.run import TuningRun, deploy
 from slotune.controller.settings import OperatorSettings, load_settings
 
@@ -91,6 +92,8 @@ def tune(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any
             if run is None or run.generation != tm.metadata.generation:
                 run = TuningRun(memo.api, tm, settings, wait=lambda seconds: bool(stopped.wait(seconds)))
             run.tick()
+        except OperatorStopping:
+            return
         except (KubeError, OSError) as error:
             log.warning("%s/%s: tick failed, retrying: %s", tm.metadata.namespace, tm.metadata.name, error)
         stopped.wait(settings.tick_s)

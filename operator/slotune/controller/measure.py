@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from slotune.api import TunedModel
+from slotune.backends.kubernetes import OperatorStopping
 from slotune.controller.settings import OperatorSettings
 from slotune.metrics.names import names_for
 from slotune.metrics.promql import Selector, promql_snapshot
@@ -46,7 +47,7 @@ class PromQLSource:
                                      "no Prometheus configured (SLOTUNE_PROMETHEUS_URL is empty)")
         end_s = self.window_end_s(window_s)
         if self._wait(max(0.0, end_s - self._clock())):
-            raise MetricsUnavailable(UnavailableReason.UNREACHABLE, "operator stopping")
+            raise OperatorStopping
         self.last_end_s = self._clock()
         try:
             snapshot = promql_snapshot(self.url, self.names, self.selector, window_s, at_s=self.last_end_s,

@@ -1,0 +1,163 @@
+"""End to end on the real control plane: a TunedModel that starts from a poor configuration converges to its SLO.
+
+Everything is real but where the runtime runs: the operator (`slotune operator` subprocess), the control plane with
+kwok GPU nodes, Prometheus, the runtime processes (`python -m gpu_runtime serve`, tiny model, CPU) and the load
+(slotune.loadgen). kwok runs no containers, so tests/e2e/harness/kubelet.py stands in for the kubelet: it starts a
+runtime process per Ready pod with the pod's own arguments and registers it with Prometheus under the pod's labels.
+The operator is killed (SIGKILL) while a change awaits verification and restarted; it must resume from the status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from slotune.loadgen.runner import RunPlan, run_workload
+from slotune.loadgen.workload import WorkloadSpec
+from tests.e2e.harness.kube import apply, condition, events, get, wait_for
+from tests.e2e.harness.kubelet import KubeletStandIn
+from tests.e2e.harness.operator import OperatorProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+TTFT_P99_TARGET_MS = 1000.0
+WORKLOAD = {"profile": "custom", "requestRatePerS": 4, "arrival": "poisson",
+            "promptTokens": {"p50": 48, "p99": 96}, "outputTokens": {"p50": 40, "p99": 64}}
+
+
+def tunedmodel(name: str, namespace: str) -> dict[str, Any]:
+    """One replica of the tiny model that runs one sequence at a time: requests queue and TTFT misses its target."""
+    return {
+        "apiVersion": "slotune.io/v1alpha1", "kind": "TunedModel",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "model": {"name": "tiny", "source": "builtin://tiny", "dtype": "float32", "maxModelLen": 512},
+            "hardware": {"accelerator": "cpu", "count": 0},
+            "runtime": {"engine": "builtin", "config": {"maxNumSeqs": 1, "maxNumBatchedTokens": 256}},
+            "slo": {"ttft": {"p99": TTFT_P99_TARGET_MS}},
+            "workload": WORKLOAD,
+            "replicas": 1,
+            "tuning": {"knobs": ["max_num_seqs", "max_num_batched_tokens"],
+                       "bounds": {"maxNumSeqs": {"min": 1, "max": 64}, "maxNumBatchedTokens": {"min": 64, "max": 2048}},
+                       "windowSeconds": 6, "minSamples": 10, "warmupSeconds": 1, "cooldownSeconds": 0,
+                       "maxIterations": 6, "convergenceWindows": 2},
+        },
+    }
+
+
+class Load:
+    """slotune.loadgen against whatever runtime processes serve right now, in short runs, until stopped."""
+
+    def __init__(self, kubelet: KubeletStandIn) -> None:
+        self.kubelet = kubelet
+        self.spec = WorkloadSpec.model_validate(WORKLOAD)
+        self.requests_sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="load", daemon=True)
+
+    def start(self) -> Load:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        seed = 0
+        while not self._stop.is_set():
+            urls = tuple(self.kubelet.urls())
+            if not urls:
+                self._stop.wait(0.5)
+                continue
+            plan = RunPlan(urls=urls, model="tiny", duration_s=3.0, warmup_requests=0, seed=seed, timeout_s=60,
+                           show_progress=False)
+            seed += 1
+            try:
+                self.requests_sent += len(asyncio.run(run_workload(self.spec, plan)).records)
+            except httpx.HTTPError:
+                self._stop.wait(0.5)  # a runtime went away mid-run (a rollout); the next run picks the new ones
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=90)
+
+
+@pytest.fixture
+def namespace(kube) -> Iterator[str]:
+    kube.kubectl("apply", "-f", str(ROOT / "crds" / "tunedmodel.yaml"))
+    wait_for(lambda: kube.kubectl("wait", "--for=condition=Established", "crd/tunedmodels.slotune.io",
+                                  "--timeout=10s", check=False).returncode == 0, 60, "the CRD")
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    kube.kubectl("create", "namespace", name)
+    yield name
+    for tm in kube.kubectl("get", "tunedmodels", "-n", name, "-o", "name").stdout.split():
+        kube.kubectl("patch", tm, "-n", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False)
+    kube.kubectl("delete", "namespace", name, "--wait=false")
+
+
+@pytest.fixture
+def model_cache(tmp_path_factory, monkeypatch) -> Path:
+    from gpu_runtime.checkpoint import build_checkpoint
+
+    cache = tmp_path_factory.mktemp("models")
+    build_checkpoint(cache / "tiny", preset="tiny")  # what builtin://tiny resolves to, built once up front
+    monkeypatch.setenv("SLOTUNE_MODEL_CACHE", str(cache))
+    return cache
+
+
+def status_of(kube, namespace: str) -> dict[str, Any]:
+    return (get(kube, "tunedmodel", "slow", namespace) or {}).get("status") or {}
+
+
+def test_poor_config_converges_to_its_slo_across_an_operator_restart(kube, namespace, prometheus, model_cache,
+                                                                      tmp_path) -> None:
+    prom = prometheus(scrape_interval_s=0.5)
+    kubelet = KubeletStandIn(kube.api_client(), namespace, "slow", prom, tmp_path).start()
+    operator = OperatorProcess(kube.kubeconfig, tmp_path / "operator", {
+        "SLOTUNE_PROMETHEUS_URL": prom.url, "SLOTUNE_POD_ENDPOINTS_FILE": str(kubelet.endpoints_file)})
+    load = Load(kubelet)
+
+    def describe() -> str:
+        return f"status: {status_of(kube, namespace)}\nkubelet errors: {kubelet.errors}\n{operator.log_tail()}"
+
+    try:
+        operator.start()
+        apply(kube, tunedmodel("slow", namespace))
+        wait_for(kubelet.urls, 120, "a runtime process for the pod", describe=describe)
+        load.start()
+        # Kill the operator while its first change awaits verification, then start a new one.
+        wait_for(lambda: status_of(kube, namespace).get("phase") == "Verifying", 180, "a change under verification",
+                 describe=describe)
+        before_kill = status_of(kube, namespace)
+        operator.kill()
+        operator.start()
+        final = wait_for(lambda: (s := status_of(kube, namespace)).get("phase") in ("Converged", "Infeasible") and s,
+                         300, "Converged", describe=describe)
+    finally:
+        load.stop()
+        operator.stop()
+        kubelet.stop()
+    print(operator.log_tail())
+
+    assert final["phase"] == "Converged", describe()
+    assert final["sloMet"] is True
+    assert final["observed"]["ttft"]["p99"] <= TTFT_P99_TARGET_MS
+    assert final["iteration"] > before_kill["iteration"]  # resumed from the status, not started over
+    history = final["history"]
+    kept = [h for h in history if h["verdict"] == "Kept"]
+    assert kept, history
+    for entry in history:  # every step shows what it changed and the numbers before and after
+        assert entry["change"] and entry["before"]["ttft"]["p99"] is not None
+        if entry["verdict"] in ("Kept", "RolledBack"):
+            assert entry["after"]["ttft"]["p99"] is not None
+    first = kept[0]
+    assert first["after"]["ttft"]["p99"] < first["before"]["ttft"]["p99"]
+    assert final["config"]["maxNumSeqs"] > 1
+    assert condition({"status": final}, "SLOMet")["status"] == "True"
+    assert condition({"status": final}, "MetricsAvailable")["status"] == "True"
+    reasons = [e["reason"] for e in events(kube, namespace, "slow")]
+    assert "ChangeDecided" in reasons and "ChangeKept" in reasons and "Reconfigured" in reasons
+    assert kubelet.started_total == 1  # batching knobs changed live: the pod was never restarted

@@ -264,3 +264,23 @@ def test_sampler_seed_gives_the_same_draws() -> None:
     draws = [first.sample(logits, params, ["x"])[0] for _ in range(10)]
     assert draws == [second.sample(logits, params, ["x"])[0] for _ in range(10)]
     assert len(set(draws)) > 1
+
+
+def test_everything_at_once_preemption_chunking_prefix_hits(
+    tiny: Path, prompts: list[list[int]], reference: list[list[int]]
+) -> None:
+    """Small pool, small token budget, prefix caching on, staggered arrivals: still the one-at-a-time outputs."""
+    probe = _engine(tiny, block_size=4)
+    bytes_per_block = (8 << 20) // probe.stats().num_total_blocks
+    blocks_for_longest = probe.block_manager.blocks_needed(max(len(p) for p in prompts) + GREEDY.max_tokens)
+    engine = _engine(
+        tiny,
+        kv_bytes=bytes_per_block * (blocks_for_longest + 8),
+        block_size=4,
+        max_num_batched_tokens=40,
+        max_num_seqs=6,
+    )
+    assert _as_list(_run_staggered(engine, prompts, per_step=2)) == reference
+    stats = engine.stats()
+    assert stats.num_preemptions > 0 and stats.prefix_cache_hits_tokens > 0
+    assert stats.num_free_blocks == stats.num_total_blocks

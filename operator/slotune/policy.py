@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from slotune.api.tuning import Knob, TuningSpec
 from slotune.diagnosis import Bottleneck, Diagnosis
@@ -38,6 +39,7 @@ class Proposal:
     reason: str
     target_metric: LatencyMetric
     target_percentile: int
+    trim: bool = False  # a cost-saving change made while the SLO holds: kept only if it still holds after
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,6 @@ class PolicyInput:
     tuning: TuningSpec
     deployment: Deployment
     excluded_keys: frozenset[str] = frozenset()
-    excluded_moves: frozenset[str] = frozenset()  # knob settings rolled back before (see move_key)
     closest: RuntimeConfig | None = None
     workload: WorkloadSpec | None = None
 
@@ -66,16 +67,57 @@ def propose(diagnosis: Diagnosis, given: PolicyInput) -> Proposal | Infeasible:
     primary = diagnosis.primary
     if primary is None:
         raise ValueError("nothing to propose: the window meets every SLO target")
-    for config, knob, why in _remedies(diagnosis, given):
+    for config, knob, why, target in _remedies(diagnosis, given):
         if _admissible(config, knob, given):
-            return Proposal(config, knob, _describe_change(given.config, config, knob), why,
-                            primary.target.metric, primary.target.percentile)
+            metric = target or primary.target.metric
+            percentile = _percentile_of(given.slo, metric, primary.target.percentile) if target else (
+                primary.target.percentile)
+            return Proposal(config, knob, _describe_change(given.config, config, knob), why, metric, percentile)
     return _infeasible(diagnosis, given)
+
+
+def propose_trim(given: PolicyInput) -> Proposal | None:
+    """Once every SLO holds: make replicas cheaper (prefix caching, 8-bit weights where allowed), then use fewer of
+    them, down to what the capacity model says the load needs. Each step is kept only if the SLO still holds."""
+    c, bounds = given.config, given.tuning.bounds
+    efficiency = _efficiency(given) if c.replicas > bounds.min_replicas else []
+    needed = max(bounds.min_replicas, _replicas_for_load(given, c))
+    fewer = [c.with_changes(replicas=n) for n in dict.fromkeys((needed, c.replicas - 1))
+             if bounds.min_replicas <= n < c.replicas]
+    candidates = [*efficiency, *(Remedy(f, Knob.REPLICAS, "the SLO holds with capacity to spare") for f in fewer)]
+    target = given.slo.targets()[0]
+    for config, knob, why, _ in candidates:
+        if _admissible(config, knob, given):
+            return Proposal(config, knob, _describe_change(c, config, knob), why, target.metric, target.percentile,
+                            trim=True)
+    return None
+
+
+def _efficiency(given: PolicyInput) -> list[Remedy]:
+    """Changes that let each replica carry more, so that fewer replicas can follow."""
+    c, s = given.config, given.snapshot
+    found = [r for r in (_enable_prefix_cache(given),) if r]
+    limit = min(capacity.batch_limit(given.deployment, c, _load(given), _tpot_target(given.slo)),
+                given.tuning.bounds.max_num_seqs.max)
+    if (s.kv_cache_usage or 0.0) < 0.85 and _pow2_at_most(limit) > c.max_num_seqs:
+        found.append(Remedy(c.with_changes(max_num_seqs=_pow2_at_most(limit)), Knob.MAX_NUM_SEQS,
+                      f"room for batches of ~{limit} per replica"))
+    budget = _budget_up(given, "fewer, larger prefill steps")
+    quant = _quantize(given, "8-bit weights serve more per replica")
+    return found + [r for r in (budget, quant) if r]
 
 
 # -- remedies per bottleneck ----------------------------------------------------------------------------------------
 
-Remedy = tuple[RuntimeConfig, Knob, str]
+class Remedy(NamedTuple):
+    config: RuntimeConfig
+    knob: Knob
+    why: str
+    target: LatencyMetric | None = None  # the metric it should improve, when not the worst violated one
+
+
+def _percentile_of(slo: SLOSpec, metric: LatencyMetric, fallback: int) -> int:
+    return max((t.percentile for t in slo.targets() if t.metric is metric), default=fallback)
 
 
 def _remedies(diagnosis: Diagnosis, given: PolicyInput) -> list[Remedy]:
@@ -85,8 +127,36 @@ def _remedies(diagnosis: Diagnosis, given: PolicyInput) -> list[Remedy]:
     }
     remedies = by_bottleneck[diagnosis.bottleneck](given)
     if diagnosis.out_of_reach:  # below the floor of these weights: only changing the weights' cost can help
-        remedies = [r for r in remedies if r[1] in (Knob.QUANTIZATION, Knob.SPECULATIVE, Knob.ENABLE_PREFIX_CACHING)]
-    return remedies
+        return [r for r in remedies if r[1] in (Knob.QUANTIZATION, Knob.SPECULATIVE, Knob.ENABLE_PREFIX_CACHING)]
+    return remedies + _fallbacks(diagnosis.bottleneck, given)
+
+
+def _fallbacks(bottleneck: Bottleneck, given: PolicyInput) -> list[Remedy]:
+    """Plain steps the capacity model does not predict to be enough, tried (and verified) before giving up: the
+    model is approximate, and a wrong Infeasible costs more than a rolled-back change."""
+    c, bounds, s = given.config, given.tuning.bounds, given.snapshot
+    first_token = bottleneck in (Bottleneck.CAPACITY, Bottleneck.PREFILL, Bottleneck.PREFIX_CACHE)
+    found: list[Remedy] = []
+    if first_token and 2 * c.max_num_seqs <= bounds.max_num_seqs.max and (s.kv_cache_usage or 0.0) < 0.85:
+        found.append(Remedy(c.with_changes(max_num_seqs=2 * c.max_num_seqs), Knob.MAX_NUM_SEQS, "more batch headroom"))
+    if first_token and 2 * c.max_num_batched_tokens <= min(bounds.max_num_batched_tokens.max, 8192):
+        found.append(Remedy(c.with_changes(max_num_batched_tokens=2 * c.max_num_batched_tokens),
+                      Knob.MAX_NUM_BATCHED_TOKENS, "more prompt tokens per step"))
+    tpot_target, tpot = _tpot_target(given.slo), s.tpot.p99_ms or 0.0
+    tight = tpot_target is not None and tpot >= 0.8 * tpot_target
+    if first_token and tight and c.max_num_batched_tokens // 2 >= max(bounds.max_num_batched_tokens.min, 256):
+        found.append(Remedy(c.with_changes(max_num_batched_tokens=c.max_num_batched_tokens // 2),
+                            Knob.MAX_NUM_BATCHED_TOKENS, "TPOT is near its target: shorter prefill chunks make room "
+                            "for a larger batch next", LatencyMetric.TPOT))
+    if not first_token and c.max_num_batched_tokens // 2 >= max(bounds.max_num_batched_tokens.min, 256):
+        found.append(Remedy(c.with_changes(max_num_batched_tokens=c.max_num_batched_tokens // 2),
+                      Knob.MAX_NUM_BATCHED_TOKENS, "shorter prefill chunks between decode steps"))
+    if not first_token and c.max_num_seqs // 2 >= bounds.max_num_seqs.min and (s.num_running_mean or 0) > 4:
+        found.append(Remedy(c.with_changes(max_num_seqs=c.max_num_seqs // 2), Knob.MAX_NUM_SEQS,
+                      "smaller batches make each step shorter"))
+    quant = _quantize(given, "8-bit weights: less to read per step, faster tensor cores")
+    replicas = _replicas_remedy(given, "more replicas share the load")
+    return found + [r for r in (quant, replicas) if r]
 
 
 def _capacity(given: PolicyInput) -> list[Remedy]:
@@ -98,7 +168,7 @@ def _capacity(given: PolicyInput) -> list[Remedy]:
                 given.tuning.bounds.max_num_seqs.max)
     if kv_room and 1.5 * c.max_num_seqs <= limit:
         seqs = max(min(2 * c.max_num_seqs, limit), _pow2_at_most(limit))
-        remedies.append((c.with_changes(max_num_seqs=seqs), Knob.MAX_NUM_SEQS,
+        remedies.append(Remedy(c.with_changes(max_num_seqs=seqs), Knob.MAX_NUM_SEQS,
                          f"queueing with {running:.1f} of {c.max_num_seqs} running and {waiting:.1f} waiting; the "
                          f"KV cache and the TPOT target allow batches of ~{limit}"))
     replicas = _replicas_remedy(given, "queueing: the load needs more replicas")
@@ -112,7 +182,7 @@ def _capacity(given: PolicyInput) -> list[Remedy]:
 def _prefix_cache(given: PolicyInput) -> list[Remedy]:
     c = given.config
     if not c.enable_prefix_caching:
-        return [(c.with_changes(enable_prefix_caching=True), Knob.ENABLE_PREFIX_CACHING,
+        return [Remedy(c.with_changes(enable_prefix_caching=True), Knob.ENABLE_PREFIX_CACHING,
                  "shared prompt prefixes are recomputed on every request"), *_prefill(given)]
     return _prefill(given)
 
@@ -129,12 +199,12 @@ def _interference(given: PolicyInput) -> list[Remedy]:
     remedies: list[Remedy] = []
     if not c.enable_chunked_prefill:
         budget = max(min(c.max_num_batched_tokens, 2048), bounds.max_num_batched_tokens.min)
-        remedies.append((c.with_changes(enable_chunked_prefill=True, max_num_batched_tokens=budget),
+        remedies.append(Remedy(c.with_changes(enable_chunked_prefill=True, max_num_batched_tokens=budget),
                          Knob.ENABLE_CHUNKED_PREFILL, "whole-prompt prefill steps stall every running decode"))
     safe = _budget_cap(given)
     smaller = max(min(c.max_num_batched_tokens // 2, safe), bounds.max_num_batched_tokens.min, 256)
     if smaller < c.max_num_batched_tokens:
-        remedies.append((c.with_changes(max_num_batched_tokens=smaller), Knob.MAX_NUM_BATCHED_TOKENS,
+        remedies.append(Remedy(c.with_changes(max_num_batched_tokens=smaller), Knob.MAX_NUM_BATCHED_TOKENS,
                          "smaller prefill chunks per step bound the stall each decode sees"))
     replicas = _replicas_remedy(given, "fewer prompts per replica interleave with decodes")
     return [*remedies, *([replicas] if replicas else [])]
@@ -164,8 +234,8 @@ def _budget_up(given: PolicyInput, why: str) -> Remedy | None:
     budget = min(max(c.max_num_batched_tokens * 4, 2048), bounds.max_num_batched_tokens.max, _budget_cap(given))
     if budget <= c.max_num_batched_tokens:
         return None
-    return c.with_changes(max_num_batched_tokens=budget), Knob.MAX_NUM_BATCHED_TOKENS, (
-        f"{why}; a {budget}-token step still fits the TPOT target")
+    return Remedy(c.with_changes(max_num_batched_tokens=budget), Knob.MAX_NUM_BATCHED_TOKENS,
+                  f"{why}; a {budget}-token step still fits the TPOT target")
 
 
 def _budget_cap(given: PolicyInput) -> int:
@@ -180,7 +250,7 @@ def _enable_prefix_cache(given: PolicyInput) -> Remedy | None:
     shared = workload is not None and bool(workload.shared_prefix_tokens) and bool(workload.shared_prefix_share)
     if c.enable_prefix_caching or not shared:
         return None
-    return (c.with_changes(enable_prefix_caching=True), Knob.ENABLE_PREFIX_CACHING,
+    return Remedy(c.with_changes(enable_prefix_caching=True), Knob.ENABLE_PREFIX_CACHING,
             "the workload shares prompt prefixes that are recomputed on every request")
 
 
@@ -190,7 +260,7 @@ def _replicas_remedy(given: PolicyInput, why: str) -> Remedy | None:
     wanted = min(max(c.replicas + 1, _replicas_for_load(given, c)), most)
     if wanted <= c.replicas:
         return None
-    return c.with_changes(replicas=wanted), Knob.REPLICAS, why
+    return Remedy(c.with_changes(replicas=wanted), Knob.REPLICAS, why)
 
 
 def _quantize(given: PolicyInput, why: str) -> Remedy | None:
@@ -199,7 +269,7 @@ def _quantize(given: PolicyInput, why: str) -> Remedy | None:
         return None
     fp8 = given.deployment.accelerator.fp8_flops_per_s is not None
     quant = Quantization.FP8 if fp8 else Quantization.INT8
-    return c.with_changes(quantization=quant), Knob.QUANTIZATION, why
+    return Remedy(c.with_changes(quantization=quant), Knob.QUANTIZATION, why)
 
 
 def _speculate(given: PolicyInput, batch: float) -> Remedy | None:
@@ -212,7 +282,8 @@ def _speculate(given: PolicyInput, batch: float) -> Remedy | None:
                                                           draft_model=None).model_dump())
     if not _keeps_throughput_floor(given, config):
         return None
-    return config, Knob.SPECULATIVE, f"few sequences per step ({batch:.1f}): verifying {k} drafted tokens is ~free"
+    return Remedy(config, Knob.SPECULATIVE, f"few sequences per step ({batch:.1f}): verifying {k} drafted tokens "
+                  "is ~free")
 
 
 def _keeps_throughput_floor(given: PolicyInput, config: RuntimeConfig) -> bool:
@@ -249,8 +320,11 @@ def _replicas_for_load(given: PolicyInput, config: RuntimeConfig) -> int:
 
 
 def _needs_more_replicas(given: PolicyInput) -> bool:
-    """Even with the most batch the bounds allow, one replica per current replica would be over-utilised."""
+    """Even with the most batch the bounds allow (and prefix caching where prompts share prefixes), the current
+    replicas would be over-utilised."""
     roomy = given.config.with_changes(max_num_seqs=given.tuning.bounds.max_num_seqs.max)
+    if _enable_prefix_cache(given) is not None:
+        roomy = roomy.with_changes(enable_prefix_caching=True)
     return _replicas_for_load(given, roomy) > given.config.replicas
 
 
@@ -262,19 +336,12 @@ def _max_replicas(given: PolicyInput) -> int:
 def _admissible(config: RuntimeConfig, knob: Knob, given: PolicyInput) -> bool:
     if knob not in given.tuning.knobs or config == given.config or config.key() in given.excluded_keys:
         return False
-    if knob is not Knob.REPLICAS and move_key(given.config, config) in given.excluded_moves:
-        return False
     error = given.deployment.startup_error(config)
     return error is None
 
 
 def _pow2_at_most(value: float) -> int:
     return 1 << max(0, math.floor(math.log2(max(value, 1.0))))
-
-
-def move_key(old: RuntimeConfig, new: RuntimeConfig) -> str:
-    """The knob values a change sets, e.g. 'max_num_batched_tokens=2048': a rolled-back move is not retried."""
-    return ",".join(f"{k}={_show(getattr(new, k))}" for k in sorted(old.changed_knobs(new)) if k != "replicas")
 
 
 def _describe_change(old: RuntimeConfig, new: RuntimeConfig, knob: Knob) -> str:

@@ -40,6 +40,7 @@ class PendingChange(_Frozen):
     reason: str
     target_metric: LatencyMetric
     target_percentile: int
+    trim: bool = False  # made while the SLO held, to save cost: kept only if it still holds
     applied: bool = False
 
 
@@ -74,7 +75,6 @@ class TuningState(_Frozen):
     history: tuple[HistoryRecord, ...] = ()
     failed_keys: frozenset[str] = frozenset()  # crashed or never ready: never again
     tried_keys: frozenset[str] = frozenset()  # applied before (kept or rolled back): not revisited
-    rolled_back_moves: frozenset[str] = frozenset()  # knob settings that did not help (policy.move_key)
     windows_met: int = 0
     windows_missed: int = 0  # consecutive violations after convergence (hysteresis before retuning)
     cooldown_until_s: float = 0.0

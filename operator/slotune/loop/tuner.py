@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slotune.api.spec import TunedModelSpec
 from slotune.api.status import DiagnosisReport, Observed, Phase, Verdict
@@ -25,7 +25,7 @@ from slotune.metrics.snapshot import MetricsSnapshot
 from slotune.perfmodel.accelerators import accelerator
 from slotune.perfmodel.deployment import Deployment
 from slotune.perfmodel.model_profile import ModelProfile
-from slotune.policy import Infeasible, PolicyInput, move_key, propose
+from slotune.policy import Infeasible, PolicyInput, propose, propose_trim
 from slotune.slo import SLOSpec
 from slotune.verification import verify
 
@@ -118,8 +118,9 @@ class Tuner:
             converged = met >= self.problem.tuning.convergence_windows
             phase = Phase.CONVERGED if converged else Phase.MEASURING
             message = "every SLO target holds" + ("" if converged else f" ({met} window(s), confirming)")
-            return state.evolve(windows_met=met, windows_missed=0, phase=phase, message=message,
-                                diagnosis=self._diagnose(state.current, snapshot).report())
+            state = state.evolve(windows_met=met, windows_missed=0, phase=phase, message=message,
+                                 diagnosis=self._diagnose(state.current, snapshot).report())
+            return self._trim(state, snapshot) if converged else state
         if state.phase is Phase.CONVERGED and state.windows_missed + 1 < RETUNE_AFTER_MISSED_WINDOWS:
             return state.evolve(windows_missed=state.windows_missed + 1,
                                 message="SLO missed once after convergence; retuning only if it misses again")
@@ -131,10 +132,7 @@ class Tuner:
             return self._give_up(state, InfeasibleReport(
                 closest=state.best or state.current, reason=f"maxIterations ({state.changes_applied}) reached",
                 needs=("a larger maxIterations, or the changes listed in the history",)), diagnosis.report())
-        given = PolicyInput(state.current, snapshot, self.problem.slo, self.problem.tuning, self.problem.deployment,
-                            state.failed_keys | state.tried_keys, state.rolled_back_moves, state.best,
-                            self.problem.workload)
-        decision = propose(diagnosis, given)
+        decision = propose(diagnosis, self._policy_input(state, snapshot))
         if isinstance(decision, Infeasible):
             report = InfeasibleReport(closest=decision.closest, reason=decision.reason, needs=decision.needs)
             return self._give_up(state, report, diagnosis.report("; ".join(decision.needs)))
@@ -144,6 +142,24 @@ class Tuner:
         intent = state.evolve(phase=Phase.TUNING, pending=pending, baseline=snapshot,
                               diagnosis=diagnosis.report(decision.change), message=f"trying {decision.change}")
         return self._apply_pending(self._save(intent))
+
+    def _trim(self, state: TuningState, snapshot: MetricsSnapshot) -> TuningState:
+        """Converged: try one cost-saving change (see policy.propose_trim) while budget remains."""
+        if state.changes_applied >= self.problem.tuning.max_iterations:
+            return state
+        trim = propose_trim(self._policy_input(state, snapshot))
+        if trim is None:
+            return state
+        pending = PendingChange(config=trim.config, previous=state.current, knob=trim.knob, change=trim.change,
+                                reason=trim.reason, target_metric=trim.target_metric,
+                                target_percentile=trim.target_percentile, trim=True)
+        intent = state.evolve(pending=pending, baseline=snapshot, message=f"SLO holds; saving cost: {trim.change}")
+        return self._apply_pending(self._save(intent))
+
+    def _policy_input(self, state: TuningState, snapshot: MetricsSnapshot) -> PolicyInput:
+        return PolicyInput(state.current, snapshot, self.problem.slo, self.problem.tuning, self.problem.deployment,
+                           state.failed_keys | state.tried_keys, state.best,
+                           self.problem.workload)
 
     def _apply_pending(self, state: TuningState) -> TuningState:
         pending = state.pending
@@ -164,16 +180,21 @@ class Tuner:
         pending, baseline = state.pending, state.baseline
         assert pending is not None and baseline is not None
         verdict = verify(baseline, snapshot, pending.target_metric, pending.target_percentile, self.problem.slo)
+        if pending.trim:
+            met = self.problem.slo.is_met(snapshot)
+            verdict = replace(verdict, keep=met, reason="SLO still holds" if met else f"SLO broken: {verdict.reason}")
         if verdict.keep:
             entry = self._entry(state, pending, Verdict.KEPT, verdict.reason, snapshot)
             return state.record(entry).evolve(current=pending.config, pending=None, baseline=None), True
         entry = self._entry(state, pending, Verdict.ROLLED_BACK, verdict.reason, snapshot)
-        moves = state.rolled_back_moves | {move_key(pending.previous, pending.config)}
-        state = self._restore(state.record(entry).evolve(pending=None, phase=Phase.TUNING, rolled_back_moves=moves,
+        state = self._restore(state.record(entry).evolve(pending=None, phase=Phase.TUNING,
                                                          message=f"rolled back {pending.change}: {verdict.reason}"),
                               pending.previous)
         if state.phase is Phase.DEGRADED:
             return state, False
+        if pending.trim:  # the restored config met the SLO: stay converged, maybe try another saving later
+            return state.evolve(baseline=None, phase=Phase.CONVERGED, message=f"kept {state.current.describe()}: "
+                                f"{pending.change} broke the SLO"), False
         # The baseline window still describes the restored config: decide the next change from it right away.
         return self._decide(state.evolve(baseline=None), baseline), False
 

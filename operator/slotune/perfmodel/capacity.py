@@ -30,13 +30,27 @@ class Load:
 
 
 def effective_batch(deployment: Deployment, config: RuntimeConfig, load: Load, tpot_target_ms: float | None) -> int:
+    """Batch bounded by max_num_seqs, the KV cache and the TPOT target. Prefill work interleaved with decodes
+    stretches every decode by 1 / (1 - prefill share of the replica's time), so the target is scaled by that share."""
     step = deployment.step_model(config)
     context = load.mean_prompt_tokens + load.mean_output_tokens / 2
     batch = max(1, min(config.max_num_seqs, int(deployment.kv_capacity_tokens(config) / max(context, 1.0))))
     if tpot_target_ms is not None:
-        while batch > 1 and step.decode_step_s(batch, context) * 1000.0 > 0.8 * tpot_target_ms:
+        decode_budget_ms = 0.8 * tpot_target_ms * max(0.05, 1.0 - prefill_share(deployment, config, load))
+        while batch > 1 and step.decode_step_s(batch, context) * 1000.0 > decode_budget_ms:
             batch = batch * 3 // 4
     return batch
+
+
+def prefill_share(deployment: Deployment, config: RuntimeConfig, load: Load) -> float:
+    """Fraction of one replica's time spent prefilling at this load."""
+    return load.request_rate_per_s / config.replicas * _prefill_s(deployment, config, load)
+
+
+def _prefill_s(deployment: Deployment, config: RuntimeConfig, load: Load) -> float:
+    prompt = max(1, round(load.mean_prompt_tokens))
+    cached = round(prompt * load.cached_prompt_share) if config.enable_prefix_caching else 0
+    return deployment.step_model(config).prefill_s(prompt, min(cached, prompt - 1), config.max_num_batched_tokens)
 
 
 def service_s(deployment: Deployment, config: RuntimeConfig, load: Load, tpot_target_ms: float | None) -> float:
@@ -44,10 +58,7 @@ def service_s(deployment: Deployment, config: RuntimeConfig, load: Load, tpot_ta
     step = deployment.step_model(config)
     batch = effective_batch(deployment, config, load, tpot_target_ms)
     context = load.mean_prompt_tokens + load.mean_output_tokens / 2
-    prompt = max(1, round(load.mean_prompt_tokens))
-    cached = round(prompt * load.cached_prompt_share) if config.enable_prefix_caching else 0
-    prefill = step.prefill_s(prompt, min(cached, prompt - 1), config.max_num_batched_tokens)
-    return prefill + load.mean_output_tokens * step.decode_step_s(batch, context) / batch
+    return _prefill_s(deployment, config, load) + load.mean_output_tokens * step.decode_step_s(batch, context) / batch
 
 
 def utilization(deployment: Deployment, config: RuntimeConfig, load: Load, tpot_target_ms: float | None) -> float:

@@ -29,6 +29,8 @@ def build_snapshot(results: Sequence[ReplicaResult], requests: Sequence[PlannedR
     end_s = max((r.finish_s for r in records), default=start_s)
     window_s = max(end_s - start_s, 1e-9)
     decoded = [r for r in records if r.output_tokens > 1]
+    # Offered load is arrivals over the arrival span: an overloaded window drains long after the last arrival.
+    arrival_span_s = max(requests[-1].arrival_s - start_s, 1e-9) if len(requests) > 1 else window_s
     ms = 1000.0
     return MetricsSnapshot(
         source=Source.SIMULATOR, window_s=window_s, num_requests=len(records),
@@ -39,7 +41,7 @@ def build_snapshot(results: Sequence[ReplicaResult], requests: Sequence[PlannedR
         queue=LatencySummary.from_samples([(r.first_scheduled_s - r.arrival_s) * ms for r in records]),
         prefill=LatencySummary.from_samples([(r.first_token_s - r.first_scheduled_s) * ms for r in records]),
         decode=LatencySummary.from_samples([(r.finish_s - r.first_token_s) * ms for r in records]),
-        request_rate_per_s=len(requests) / window_s,
+        request_rate_per_s=len(requests) / arrival_span_s,
         prompt_tokens_per_s=sum(r.prompt_tokens for r in records) / window_s,
         generation_tokens_per_s=sum(r.output_tokens for r in records) / window_s,
         mean_prompt_tokens=float(np.mean([r.prompt_tokens for r in records])) if records else None,

@@ -1,0 +1,149 @@
+"""Aggregate the tuner benchmark per strategy and write bench/results/tuner.{json,md,png}.
+
+Per strategy, over feasible scenarios: applied configurations until the SLO first held (median, p90; a run that
+never got there counts as budget + 1), final goodput / oracle goodput, regressions applied; over infeasible
+scenarios: how many it recognised (declared Infeasible), and how many feasible ones it wrongly declared infeasible.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from slotune.tunerbench.run import ScenarioResult, StrategyResult
+
+STRATEGY_ORDER = ("slotune", "grid", "random", "tpe")
+
+
+@dataclass(frozen=True)
+class Summary:
+    strategy: str
+    runs: int
+    reached_slo: int
+    configs_to_slo_median: float
+    configs_to_slo_p90: float
+    goodput_ratio_median: float
+    goodput_ratio_mean: float
+    regressions_applied: int
+    infeasible_recognised: int
+    infeasible_total: int
+    false_infeasible: int
+
+
+def summarise(results: list[ScenarioResult], budget: int) -> list[Summary]:
+    feasible: dict[str, list[StrategyResult]] = defaultdict(list)
+    infeasible: dict[str, list[StrategyResult]] = defaultdict(list)
+    for scenario in results:
+        for r in scenario.results:
+            (feasible if scenario.feasible else infeasible)[r.strategy].append(r)
+    summaries = []
+    for name in STRATEGY_ORDER:
+        runs, bad = feasible.get(name, []), infeasible.get(name, [])
+        if not runs and not bad:
+            continue
+        to_slo = [r.configs_to_slo if r.configs_to_slo is not None else budget + 1 for r in runs]
+        ratios = [r.final_goodput_ratio or 0.0 for r in runs]
+        summaries.append(Summary(
+            name, len(runs) + len(bad), sum(r.configs_to_slo is not None for r in runs),
+            _pct(to_slo, 50), _pct(to_slo, 90), _pct(ratios, 50), float(np.mean(ratios)) if ratios else 0.0,
+            sum(r.regressions for r in runs + bad), sum(r.declared_infeasible for r in bad), len(bad),
+            sum(r.declared_infeasible for r in runs)))
+    return summaries
+
+
+def write_results(results: list[ScenarioResult], out: Path, budget: int, seeds: int, elapsed_s: float) -> str:
+    out.mkdir(parents=True, exist_ok=True)
+    summaries = summarise(results, budget)
+    body = {"machine": machine(), "budget": budget, "seeds_per_stochastic_baseline": seeds,
+            "elapsed_s": round(elapsed_s, 1), "summary": [asdict(s) for s in summaries],
+            "scenarios": [asdict(r) for r in results]}
+    (out / "tuner.json").write_text(json.dumps(body, indent=1))
+    markdown = render_markdown(results, summaries, budget, seeds, elapsed_s)
+    (out / "tuner.md").write_text(markdown)
+    plot(results, out / "tuner.png", budget)
+    return markdown
+
+
+def render_markdown(results: list[ScenarioResult], summaries: list[Summary], budget: int, seeds: int,
+                    elapsed_s: float) -> str:
+    m = machine()
+    num_feasible = sum(r.feasible for r in results)
+    lines = [
+        "# Tuner benchmark (simulated)", "",
+        f"{len(results)} scenarios ({num_feasible} feasible, {len(results) - num_feasible} infeasible by the oracle), "
+        f"budget {budget} applied configurations per strategy; random and TPE run {seeds} seeds each. "
+        f"Ran in {elapsed_s:.0f} s on {m['cpu']} ({m['cores']} cores), Python {m['python']}.", "",
+        "| strategy | runs | reached SLO | configs to SLO median | p90 | final goodput / oracle (median) | mean | "
+        "regressions applied | infeasible recognised | false infeasible |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in summaries:
+        lines.append(f"| {s.strategy} | {s.runs} | {s.reached_slo} | {s.configs_to_slo_median:g} | "
+                     f"{s.configs_to_slo_p90:g} | {s.goodput_ratio_median:.2f} | {s.goodput_ratio_mean:.2f} | "
+                     f"{s.regressions_applied} | {s.infeasible_recognised}/{s.infeasible_total} | "
+                     f"{s.false_infeasible} |")
+    lines += ["", "Configurations to SLO count only feasible scenarios; a run that never met the SLO counts as "
+              f"{budget + 1}. Baselines cannot declare a scenario infeasible (they only run out of budget).", "",
+              "## Per scenario", "",
+              "| scenario | feasible | oracle config | oracle goodput/replica (req/s) | slotune to SLO | "
+              "slotune goodput / oracle | slotune final |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        mine = next((x for x in r.results if x.strategy == "slotune"), None)
+        if mine is None:
+            continue
+        ratio = "-" if mine.final_goodput_ratio is None else f"{mine.final_goodput_ratio:.2f}"
+        to_slo = "infeasible" if mine.declared_infeasible else (mine.configs_to_slo if mine.configs_to_slo is not None
+                                                                 else "not met")
+        lines.append(f"| {r.scenario} | {'yes' if r.feasible else 'no'} | {r.oracle_config} | "
+                     f"{r.oracle_goodput_per_replica:.2f} | {to_slo} | {ratio} | {mine.final_config} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: list[ScenarioResult], path: Path, budget: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for name in STRATEGY_ORDER:
+        curves = [_padded(r.best_so_far, budget) for s in results if s.feasible for r in s.results
+                  if r.strategy == name]
+        if curves:
+            ax.plot(range(1, budget + 1), np.mean(curves, axis=0), marker="o", label=name)
+    ax.set_xlabel("configurations applied")
+    ax.set_ylabel("best goodput so far / oracle (mean, feasible scenarios)")
+    ax.set_ylim(0, 1.05)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _padded(curve: tuple[float, ...], budget: int) -> list[float]:
+    values = list(curve[:budget]) or [0.0]
+    return values + [values[-1]] * (budget - len(values))
+
+
+def _pct(values: list[float] | list[int], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def machine() -> dict[str, str]:
+    cpu = platform.processor() or "unknown cpu"
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+        cpu = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name")),
+                   cpu)
+    except OSError:
+        pass
+    import os
+
+    return {"cpu": cpu, "cores": str(os.cpu_count()), "python": platform.python_version()}

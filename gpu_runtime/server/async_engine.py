@@ -14,10 +14,11 @@ import asyncio
 import logging
 import math
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from gpu_runtime.metrics import RuntimeMetrics
@@ -46,6 +47,9 @@ class _Add:
     params: SamplingParams
     stream: RequestStream
     accepted: Future[None]
+    # Taken when the HTTP handler submits, not when the worker thread gets to it between steps: TTFT and queue time
+    # must include the wait for the current step, as the client sees it.
+    arrival_time: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)
@@ -180,7 +184,8 @@ class AsyncEngine:
 
     def _add(self, command: _Add) -> None:
         try:
-            self.engine.add_request(command.request_id, command.prompt_token_ids, command.params)
+            self.engine.add_request(command.request_id, command.prompt_token_ids, command.params,
+                                    arrival_time=command.arrival_time)
         except ValueError as error:
             command.accepted.set_exception(error)
             return

@@ -124,7 +124,8 @@ def _batched_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
     """q [B, Q, H, d], keys/values [kvh, B, S, d], bias [1, B, 1, Q, S] (0 or -inf) -> [B, Q, H, d].
 
     Two bmm calls with the query heads of a KV group stacked as rows: on CPU this beats SDPA's per-head kernel
-    several times at decode shapes, and GQA needs no repeated K/V.
+    several times at decode shapes, and GQA needs no repeated K/V. In bf16/fp16 the scores come out of bmm in that
+    dtype (as in HF's eager attention) before the fp32 softmax; fp32 models are exact.
     """
     b, nq, h, d = q.shape
     kvh, s = keys.shape[0], keys.shape[2]

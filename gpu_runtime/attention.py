@@ -120,7 +120,9 @@ def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
     return out[0].transpose(0, 1)
 
 
-def _batched_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+def batched_attention_bmm(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor
+) -> torch.Tensor:
     """q [B, Q, H, d], keys/values [kvh, B, S, d], bias [1, B, 1, Q, S] (0 or -inf) -> [B, Q, H, d].
 
     Two bmm calls with the query heads of a KV group stacked as rows: on CPU this beats SDPA's per-head kernel
@@ -135,6 +137,20 @@ def _batched_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
     probs = (scores.float() * d**-0.5 + bias).softmax(dim=-1).to(values.dtype).view(kvh * b, g * nq, s)
     out = torch.bmm(probs, values.view(kvh * b, s, d))  # [kvh * B, g * Q, d]
     return out.view(kvh, b, g, nq, d).permute(1, 3, 0, 2, 4).reshape(b, nq, h, d)
+
+
+def batched_attention_sdpa(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor
+) -> torch.Tensor:
+    """Same contract as batched_attention_bmm, through SDPA: on CUDA its fused kernels keep scores in fp32."""
+    out = F.scaled_dot_product_attention(
+        q.transpose(1, 2),
+        keys.transpose(0, 1),
+        values.transpose(0, 1),
+        attn_mask=bias[0].to(q.dtype),
+        enable_gqa=q.shape[2] != keys.shape[0],
+    )  # [B, H, Q, d]
+    return out.transpose(1, 2)
 
 
 def _attend_group(
@@ -162,7 +178,8 @@ def _attend_group(
     else:
         assert g.pad_index is not None
         qb = qg.index_select(0, g.pad_index).view(g.num_seqs, -1, heads, dim)
-    out = _batched_attention(qb, keys, values, g.bias).reshape(-1, heads, dim)
+    attend = batched_attention_sdpa if qb.is_cuda else batched_attention_bmm
+    out = attend(qb, keys, values, g.bias).reshape(-1, heads, dim)
     return out if g.num_queries else out.index_select(0, g.valid_index)  # type: ignore[arg-type]
 
 

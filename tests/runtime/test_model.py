@@ -13,6 +13,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from gpu_runtime.attention import batched_attention_bmm, batched_attention_sdpa
 from gpu_runtime.engine import EngineConfig, LLMEngine, SamplingParams
 from gpu_runtime.model_runner import ModelRunner, SequenceInput
 
@@ -99,3 +100,19 @@ def test_bfloat16_runner_tracks_float32(nano_llama: Path) -> None:
         logits[dtype] = runner.execute([SequenceInput(prompt[-1:], 39, list(range(11)), 1)])[0]
     scale = logits[torch.float32].abs().max().item()
     assert (logits[torch.bfloat16] - logits[torch.float32]).abs().max().item() < 0.1 * scale
+
+
+@pytest.mark.parametrize("num_queries", [1, 3])
+def test_batched_attention_paths_agree(num_queries: int) -> None:
+    """The bmm path (CPU) and the SDPA path (taken on CUDA) compute the same attention; run both here on CPU."""
+    gen = torch.Generator().manual_seed(0)
+    b, heads, kv_heads, dim, s = 3, 8, 2, 16, 20
+    q = torch.randn(b, num_queries, heads, dim, generator=gen)
+    keys, values = torch.randn(kv_heads, b, s, dim, generator=gen), torch.randn(kv_heads, b, s, dim, generator=gen)
+    lengths = torch.tensor([5, 20, 11])
+    query_pos = (lengths - num_queries)[:, None] + torch.arange(num_queries)[None, :]
+    allowed = torch.arange(s)[None, None, :] <= query_pos[:, :, None]  # [B, Q, S]
+    bias = torch.zeros(allowed.shape).masked_fill_(~allowed, float("-inf"))[None, :, None]
+    bmm = batched_attention_bmm(q, keys, values, bias)
+    sdpa = batched_attention_sdpa(q, keys, values, bias)
+    assert (bmm - sdpa).abs().max().item() <= 1e-5

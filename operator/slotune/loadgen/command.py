@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from slotune.loadgen.plots import plot_latency_cdfs
+from slotune.loadgen.prompts import load_trace
 from slotune.loadgen.runner import RunPlan, run_workload
 from slotune.loadgen.stats import summarize
 from slotune.loadgen.workload import Arrival, Profile, WorkloadSpec
@@ -29,9 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt-tokens", type=float, nargs=2, metavar=("P50", "P99"))
     parser.add_argument("--output-tokens", type=float, nargs=2, metavar=("P50", "P99"))
     parser.add_argument("--max-prompt-tokens", type=int, help="cut prompts to this length")
-    length = parser.add_mutually_exclusive_group(required=True)
-    length.add_argument("--duration-s", type=float)
-    length.add_argument("--num-requests", type=int)
+    parser.add_argument("--trace", type=Path, help="replay this JSONL trace (one request a line: timestamp, prompt or "
+                        "prompt_tokens, output_tokens) instead of generating requests")
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument("--duration-s", type=float, help="stop arrivals after this long (with --trace: optional)")
+    length.add_argument("--num-requests", type=int, help="send this many (with --trace: optional, its first N)")
     parser.add_argument("--warmup-requests", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     for metric in ("ttft", "tpot", "e2e"):
@@ -69,17 +72,23 @@ def slo_from_args(args: argparse.Namespace) -> SLOSpec | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.trace is None and args.duration_s is None and args.num_requests is None:
+        raise SystemExit("slotune bench: give --duration-s, --num-requests or --trace")
+    trace = load_trace(args.trace) if args.trace is not None else None
+    if trace is not None and not trace:
+        raise SystemExit(f"slotune bench: {args.trace} holds no requests")
     spec, slo = workload_from_args(args), slo_from_args(args)
     plan = RunPlan(urls=tuple(args.url), model=args.model, num_requests=args.num_requests,
                    duration_s=args.duration_s, warmup_requests=args.warmup_requests, seed=args.seed,
                    show_progress=not args.no_progress)
-    result = asyncio.run(run_workload(spec, plan))
+    result = asyncio.run(run_workload(spec, plan, trace))
     summary = summarize(result.records, result.duration_s, slo, seed=args.seed)
-    out = summary.json() | {"model": result.model, "urls": list(plan.urls),
-                            "workload": spec.model_dump(by_alias=True, mode="json")}
+    workload = {"trace": str(args.trace)} if trace is not None else spec.model_dump(by_alias=True, mode="json")
+    out = summary.json() | {"model": result.model, "urls": list(plan.urls), "workload": workload}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench.json").write_text(json.dumps(out, indent=2))
-    plot_latency_cdfs(result.records, args.out / "latency_cdf.png", slo, title=f"{result.model}: {spec.profile}")
+    source = args.trace.name if trace is not None else spec.profile
+    plot_latency_cdfs(result.records, args.out / "latency_cdf.png", slo, title=f"{result.model}: {source}")
     _print_table(out)
     return 0 if summary.completed > 0 and out.get("slo_met", True) else 1
 

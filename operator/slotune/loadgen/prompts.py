@@ -28,7 +28,7 @@ class PromptedRequest:
     prompt: str
 
 
-def words(num_tokens: int, seed: int) -> str:
+def words(num_tokens: int, seed: int | tuple[int, ...]) -> str:
     rng = np.random.default_rng(seed)
     return " ".join(WORDS[i] for i in rng.integers(0, len(WORDS), num_tokens))
 
@@ -39,7 +39,8 @@ def prompt_for(request: PlannedRequest, index: int, seed: int = 0) -> str:
     if request.prefix_group is not None and request.shared_prefix_tokens > 0:
         prefix = words(request.shared_prefix_tokens, seed=1_000_003 * (request.prefix_group + 1)) + " "
     suffix_tokens = max(1, request.prompt_tokens - request.shared_prefix_tokens)
-    return prefix + f"#{index} " + words(suffix_tokens - 1, seed=seed * 7_919 + index)
+    # Warm-up requests have negative indices and numpy seeds must be non-negative: wrap into uint32.
+    return prefix + f"#{index} " + words(suffix_tokens - 1, seed=(seed % 2**32, index % 2**32))
 
 
 @dataclass(frozen=True)

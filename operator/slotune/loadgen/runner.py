@@ -2,7 +2,8 @@
 
 Open-loop workloads send each planned request at its arrival time (optionally capped at `max_concurrency` in
 flight, the cap delaying sends as vLLM's --max-concurrency does); closed-loop (concurrency) workloads keep
-`concurrency` requests in flight. Requests go round-robin over the URLs (one per replica). The run stops after
+`concurrency` requests in flight; a replayed trace is open loop at its recorded times, with its recorded prompt text
+where it has one. Requests go round-robin over the URLs (one per replica). The run stops after
 `num_requests` or, for a duration, once no more arrivals fall in it; requests in flight are awaited, and the
 measured duration runs from the first measured send to the last completion.
 """
@@ -13,13 +14,13 @@ import asyncio
 import itertools
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import httpx
 from rich.progress import Progress
 
 from slotune.loadgen.client import send_completion
-from slotune.loadgen.prompts import prompt_for
+from slotune.loadgen.prompts import TraceRequest, prompt_for
 from slotune.loadgen.record import RequestRecord
 from slotune.loadgen.workload import PlannedRequest, WorkloadSpec, iter_requests, plan_requests
 
@@ -59,27 +60,28 @@ class _Sender:
         self.started = time.perf_counter()
         self._task = progress.add_task("requests", total=plan.num_requests) if progress else None
 
-    async def send(self, index: int, request: PlannedRequest, warmup: bool = False) -> None:
+    async def send(self, index: int, request: PlannedRequest, warmup: bool = False, prompt: str | None = None) -> None:
         url = self.plan.urls[index % len(self.plan.urls)]
+        text = prompt_for(request, index, self.plan.seed) if prompt is None else prompt
         record = await send_completion(
-            self.client, url, self.model, prompt_for(request, index, self.plan.seed), request.output_tokens, index,
-            time.perf_counter() - self.started, request.prompt_tokens, warmup,
+            self.client, url, self.model, text, request.output_tokens, index, time.perf_counter() - self.started,
+            request.prompt_tokens, warmup,
         )
         self.records.append(record)
         if self.progress is not None and self._task is not None and not warmup:
             self.progress.advance(self._task)
 
 
-async def _open_loop(sender: _Sender, requests: Sequence[PlannedRequest], max_concurrency: int | None) -> None:
+async def _open_loop(sender: _Sender, requests: Sequence[TraceRequest], max_concurrency: int | None) -> None:
     slots = asyncio.Semaphore(max_concurrency or len(requests) or 1)
 
-    async def one(index: int, request: PlannedRequest) -> None:
+    async def one(index: int, request: TraceRequest) -> None:
         async with slots:
-            await sender.send(index, request)
+            await sender.send(index, request.planned, prompt=request.prompt)
 
     tasks = []
     for index, request in enumerate(requests):
-        delay_s = request.arrival_s - (time.perf_counter() - sender.started)
+        delay_s = request.planned.arrival_s - (time.perf_counter() - sender.started)
         if delay_s > 0:
             await asyncio.sleep(delay_s)
         tasks.append(asyncio.create_task(one(index, request)))
@@ -101,28 +103,52 @@ async def _closed_loop(sender: _Sender, stream: Iterator[PlannedRequest], concur
     await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
-async def run_workload(spec: WorkloadSpec, plan: RunPlan) -> RunResult:
-    if (plan.num_requests is None) == (plan.duration_s is None):
+def trace_window(trace: Sequence[TraceRequest], num_requests: int | None, duration_s: float | None
+                 ) -> list[TraceRequest]:
+    """The replayed part of a trace: its first `num_requests`, or those arriving within `duration_s`, or all."""
+    window = list(trace[:num_requests] if num_requests is not None else trace)
+    return [r for r in window if duration_s is None or r.planned.arrival_s <= duration_s]
+
+
+async def run_workload(spec: WorkloadSpec, plan: RunPlan, trace: Sequence[TraceRequest] | None = None) -> RunResult:
+    """Run `spec` (or replay `trace`, which `spec` then only names) against `plan.urls`.
+
+    A trace needs neither `num_requests` nor `duration_s` (both cut it short); a generated workload needs one.
+    """
+    if trace is None and (plan.num_requests is None) == (plan.duration_s is None):
         raise ValueError("give exactly one of num_requests and duration_s")
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
     async with httpx.AsyncClient(timeout=plan.timeout_s, limits=limits) as client:
         model = plan.model or await served_model(client, plan.urls[0])
         with Progress(disable=not plan.show_progress, transient=True) as progress:
-            await _warm_up(_Sender(client, plan, model, None), spec, plan)
-            sender = _Sender(client, plan, model, progress)
-            if spec.is_closed_loop:
+            await _warm_up(_Sender(client, plan, model, None), spec, plan, trace)
+            replayed = None if trace is None else trace_window(trace, plan.num_requests, plan.duration_s)
+            sender = _Sender(client, plan if replayed is None else replace(plan, num_requests=len(replayed)), model,
+                             progress)
+            if replayed is not None:
+                await _open_loop(sender, replayed, plan.max_concurrency)
+            elif spec.is_closed_loop:
                 stream = iter_requests(spec, plan.seed)
                 await _closed_loop(sender, stream, spec.concurrency or 1, plan.num_requests, plan.duration_s)
             else:
-                requests = plan_requests(spec, plan.num_requests, plan.duration_s, plan.seed)
+                requests = [TraceRequest(r, None) for r in plan_requests(spec, plan.num_requests, plan.duration_s,
+                                                                         plan.seed)]
                 await _open_loop(sender, requests, plan.max_concurrency or spec.concurrency)
             duration_s = time.perf_counter() - sender.started
     return RunResult(tuple(sorted(sender.records, key=lambda r: r.index)), duration_s, model)
 
 
-async def _warm_up(sender: _Sender, spec: WorkloadSpec, plan: RunPlan) -> None:
-    """A few requests before the clock starts: first requests after a cold start are several times slower."""
+async def _warm_up(sender: _Sender, spec: WorkloadSpec, plan: RunPlan, trace: Sequence[TraceRequest] | None
+                   ) -> None:
+    """A few requests before the clock starts: first requests after a cold start are several times slower.
+
+    A replay warms up with the trace's own first requests (their lengths, not the profile's).
+    """
     if plan.warmup_requests <= 0:
         return
-    warmup = plan_requests(spec, plan.warmup_requests, seed=plan.seed + 1)
-    await asyncio.gather(*(sender.send(-1 - i, r, warmup=True) for i, r in enumerate(warmup)))
+    if trace is not None:
+        warmup = list(trace[: plan.warmup_requests])
+    else:
+        warmup = [TraceRequest(r, None) for r in plan_requests(spec, plan.warmup_requests, seed=plan.seed + 1)]
+    await asyncio.gather(*(sender.send(-1 - i, r.planned, warmup=True, prompt=r.prompt)
+                           for i, r in enumerate(warmup)))

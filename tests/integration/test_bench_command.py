@@ -1,0 +1,154 @@
+"""`slotune bench` end to end: a real runtime process, the CLI as a subprocess, its JSON and PNG read back.
+
+The runtime serves `builtin://tiny` on CPU (the checkpoint is generated into a temporary SLOTUNE_MODEL_CACHE).
+One runtime admits freely; another admits one waiting request (`--max-waiting-requests 1`), so a burst draws 429s,
+which the summary must count as failed and rejected requests and as SLO violations.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from PIL import Image
+
+from tests.harness.ports import free_port
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+LATENCY_KEYS = ("ttft", "tpot", "itl", "e2el")
+SMALL_REQUESTS = ["--prompt-tokens", "20", "60", "--max-prompt-tokens", "100", "--output-tokens", "6", "12"]
+
+
+def _start_runtime(workdir: Path, *extra: str) -> tuple[subprocess.Popen, str, Path]:
+    port = free_port()
+    log_path = workdir / f"runtime-{port}.log"
+    env = os.environ | {"SLOTUNE_MODEL_CACHE": str(workdir / "models"), "OMP_NUM_THREADS": "1"}
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gpu_runtime", "serve", "--model", "builtin://tiny", "--device", "cpu",
+             "--num-threads", "1", "--port", str(port), *extra],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+        )
+    return process, f"http://127.0.0.1:{port}", log_path
+
+
+def _wait_healthy(url: str, process: subprocess.Popen, log_path: Path, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"runtime exited: {log_path.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(log_path.read_text()[-3000:])
+
+
+def _stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture(scope="module")
+def runtime_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """start(*flags) -> URL of a healthy runtime; every runtime started is stopped at module teardown."""
+    workdir = tmp_path_factory.mktemp("bench-runtime")
+    started: list[subprocess.Popen] = []
+
+    def start(*extra: str) -> str:
+        process, url, log_path = _start_runtime(workdir, *extra)
+        started.append(process)
+        _wait_healthy(url, process, log_path)
+        return url
+
+    try:
+        yield start
+    finally:
+        for process in started:
+            _stop(process)
+
+
+@pytest.fixture(scope="module")
+def runtime(runtime_factory) -> str:
+    return runtime_factory()
+
+
+def _bench(url: str, out: Path, *flags: str) -> tuple[int, dict]:
+    """Run `slotune bench` as a subprocess; (exit code, bench.json)."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "slotune.cli", "bench", "--url", url, "--out", str(out), "--no-progress", *flags],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )
+    assert completed.returncode in (0, 1), completed.stderr[-3000:]
+    assert (out / "bench.json").exists(), completed.stdout[-2000:] + completed.stderr[-3000:]
+    return completed.returncode, json.loads((out / "bench.json").read_text())
+
+
+def test_bench_writes_vllm_style_json_with_cis_and_slo_fields(runtime: str, tmp_path: Path) -> None:
+    code, result = _bench(runtime, tmp_path, "--num-requests", "30", "--rate", "15", "--arrival", "poisson",
+                          *SMALL_REQUESTS, "--warmup-requests", "2", "--slo-ttft-p99-ms", "60000",
+                          "--slo-e2e-p99-ms", "60000")
+    assert code == 0 and result["completed"] == 30 and result["failed"] == 0 and result["rejected"] == 0
+    for key in LATENCY_KEYS:
+        for stat in ("mean", "median", "std", "p50", "p90", "p95", "p99"):
+            assert isinstance(result[f"{stat}_{key}_ms"], float), (stat, key)
+        for p in (50, 90, 95, 99):
+            low, high = result[f"p{p}_{key}_ci_ms"]
+            assert 0 < low <= result[f"p{p}_{key}_ms"] <= high, (p, key)
+    assert result["slo_attainment"] == 1.0 and result["slo_met"] is True
+    assert result["request_goodput"] == pytest.approx(30 / result["duration"])
+    assert [(r["name"], r["met"]) for r in result["slo_results"]] == [("ttft_p99", True), ("e2e_p99", True)]
+    assert result["model"] and result["workload"]["profile"] == "chat"
+    png = tmp_path / "latency_cdf.png"
+    assert png.read_bytes()[:8] == PNG_SIGNATURE
+    with Image.open(png) as image:
+        image.verify()
+    with Image.open(png) as image:
+        assert image.format == "PNG" and image.size[0] > image.size[1] > 100
+
+
+def test_bench_replays_a_trace_at_its_lengths(runtime: str, tmp_path: Path) -> None:
+    rows = [
+        {"timestamp": 1_700_000_000.0, "prompt_tokens": 30, "output_tokens": 5},
+        {"timestamp": 1_700_000_000.2, "prompt": "the cat sat on the mat and looked at the dog", "output_tokens": 7},
+        {"timestamp": 1_700_000_000.5, "prompt_tokens": 50, "output_tokens": 3},
+        {"timestamp": 1_700_000_000.9, "prompt_tokens": 12, "output_tokens": 9},
+        {"timestamp": 1_700_000_001.2, "prompt": "of and to in is that for it as was", "output_tokens": 4},
+    ]
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    code, result = _bench(runtime, tmp_path / "out", "--trace", str(trace), "--warmup-requests", "1")
+    assert code == 0 and result["completed"] == 5 and result["failed"] == 0
+    # ignore_eos forces each output to its recorded length; the replay waits for the recorded arrival times.
+    assert result["total_output_tokens"] == sum(row["output_tokens"] for row in rows)
+    assert result["duration"] >= 1.2
+    assert result["workload"] == {"trace": str(trace)}
+
+    code, first_two = _bench(runtime, tmp_path / "cut", "--trace", str(trace), "--num-requests", "2",
+                             "--warmup-requests", "0")
+    assert code == 0 and first_two["completed"] == 2 and first_two["total_output_tokens"] == 5 + 7
+
+
+def test_rejected_requests_are_failures_and_slo_violations(runtime_factory, tmp_path: Path) -> None:
+    url = runtime_factory("--max-waiting-requests", "1")
+    code, result = _bench(url, tmp_path, "--num-requests", "24", "--rate", "10000", "--arrival", "constant",
+                          *SMALL_REQUESTS, "--warmup-requests", "0", "--slo-ttft-p99-ms", "60000")
+    assert result["rejected"] > 0, result
+    assert result["failed"] >= result["rejected"] and result["completed"] + result["failed"] == 24
+    assert result["slo_attainment"] <= result["completed"] / 24
+    assert result["request_goodput"] * result["duration"] == pytest.approx(result["slo_attainment"] * 24)
+    # Each rejection is an infinitely slow request in the percentile, so P99 over 24 fails with even one 429.
+    assert result["slo_results"][0]["observed_ms"] == float("inf") and result["slo_met"] is False and code == 1

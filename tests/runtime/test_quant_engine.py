@@ -39,7 +39,9 @@ def test_int8_switch_reports_memory_and_none_restores_full_precision(tiny: Path,
     assert isinstance(engine.runner.model.layers[0].self_attn.qkv_proj, Int8Linear)
     quantized = engine.generate(prompts, GREEDY)
     assert quantized != full  # the weights really changed ...
-    assert sum(q[0] == f[0] for q, f in zip(quantized, full, strict=True)) >= len(prompts) - 1  # ... not the top-1
+    # ... but not the model: first tokens mostly agree (random weights have tiny top-2 margins, see test_quant.py;
+    # a broken int8 path agrees on ~1/vocab of them).
+    assert sum(q[0] == f[0] for q, f in zip(quantized, full, strict=True)) >= 0.75 * len(prompts)
     again = engine.set_quantization("int8")
     assert again.weight_bytes_before == again.weight_bytes_after == to_int8.weight_bytes_after
     assert engine.generate(prompts, GREEDY) == quantized  # re-quantized from the checkpoint, not twice rounded

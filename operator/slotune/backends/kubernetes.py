@@ -124,8 +124,9 @@ class KubernetesBackend:
         deployment = self.deployment()
         if deployment is None or not rollout_state(deployment).done:
             return False
-        if self.live is not None:
-            self._sync_pods(self.live)
+        base = config_from_annotation(deployment)
+        if self.live is not None and base is not None and _differs_live(self.live, base):
+            self._sync_pods(self.live, retry_s=0.0)  # pods (re)started from the template since; retried next tick
         return True
 
     # --- how ----------------------------------------------------------------------------------------------
@@ -136,11 +137,14 @@ class KubernetesBackend:
     def _apply_hot(self, base: RuntimeConfig, config: RuntimeConfig) -> ApplyResult:
         if config.replicas != base.replicas:
             self.scale(base.with_changes(replicas=config.replicas))
-            result = self._await_rollout()
-            if not result.ok:
-                return result
+        result = self._await_rollout()
+        if not result.ok:
+            return result
+        running = self.live or base  # what the pods run now: unknown after a restart means the template's config
         self.live = config
-        calls = self._sync_pods(config)
+        if not _differs_live(config, base) and not _differs_live(config, running):
+            return ApplyResult.success()  # the pods started with exactly these knobs and still run them
+        calls = self._sync_pods(config, retry_s=ADMIN_CONNECT_RETRY_S)
         failed = [c for c in calls if not c.ok]
         if failed:
             detail = "; ".join(f"{c.pod}: {c.status_code or c.error}" for c in failed)
@@ -193,7 +197,7 @@ class KubernetesBackend:
         return [p for p in self.pods() if pod_ready(p)]
 
     # --- hot reconfiguration --------------------------------------------------------------------------------
-    def _sync_pods(self, config: RuntimeConfig) -> list[AdminCall]:
+    def _sync_pods(self, config: RuntimeConfig, retry_s: float) -> list[AdminCall]:
         """POST the config to every ready pod that has not had it yet; returns the calls made."""
         calls = []
         token: str | None = None
@@ -202,11 +206,11 @@ class KubernetesBackend:
             if key in self._synced:
                 continue
             token = token or self.admin_token()
-            call = self.post_admin_config(pod, config, token)
+            call = self.post_admin_config(pod, config, token, retry_s)
             calls.append(call)
             if call.ok:
                 self._synced.add(key)
-        if calls:
+        if calls and (retry_s > 0 or any(c.ok for c in calls)):  # a background retry that failed stays quiet
             ok = sum(c.ok for c in calls)
             self._record("Reconfigured", f"POST /admin/config {config.describe()} to {ok}/{len(calls)} pods "
                          f"({', '.join(c.pod for c in calls)})", ok < len(calls))
@@ -218,12 +222,12 @@ class KubernetesBackend:
             raise KubeError(404, f"Secret {self.names.secret} has no key 'token'")
         return base64.b64decode(secret["data"]["token"]).decode()
 
-    def post_admin_config(self, pod: dict[str, Any], config: RuntimeConfig, token: str) -> AdminCall:
+    def post_admin_config(self, pod: dict[str, Any], config: RuntimeConfig, token: str, retry_s: float) -> AdminCall:
         """POST the hot knobs to one pod, retrying while it does not accept connections yet (a pod turns Ready a
         moment before its address is reachable from everywhere)."""
         name = pod["metadata"]["name"]
         headers = {"Authorization": f"Bearer {token}"}
-        deadline = time.monotonic() + ADMIN_CONNECT_RETRY_S
+        deadline = time.monotonic() + retry_s
         while True:
             try:
                 response = self._send_admin(pod, config.admin_payload(), headers)
@@ -248,6 +252,11 @@ class KubernetesBackend:
             return self.api.request("POST", path, body=payload, headers=headers)
         url = f"http://{pod['status']['podIP']}:{RUNTIME_PORT}/admin/config"
         return httpx.post(url, json=payload, headers=headers, timeout=30)
+
+
+def _differs_live(a: RuntimeConfig, b: RuntimeConfig) -> bool:
+    """Whether two configs differ in a knob the runtime changes live."""
+    return a.admin_payload() != b.admin_payload()
 
 
 class _NoRoute(Exception):

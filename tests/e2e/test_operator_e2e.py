@@ -158,6 +158,9 @@ def test_poor_config_converges_to_its_slo_across_an_operator_restart(kube, names
     assert final["config"]["maxNumSeqs"] > 1
     assert condition({"status": final}, "SLOMet")["status"] == "True"
     assert condition({"status": final}, "MetricsAvailable")["status"] == "True"
+    printed = kube.kubectl("get", "tunedmodel", "slow", "-n", namespace).stdout.splitlines()
+    assert printed[0].split()[:4] == ["NAME", "PHASE", "SLO", "MET"] and "Converged" in printed[1]
+    assert "true" in printed[1].split()  # printer columns read the status
     reasons = [e["reason"] for e in events(kube, namespace, "slow")]
     assert "ChangeDecided" in reasons and "ChangeKept" in reasons and "Reconfigured" in reasons
     assert kubelet.started_total == 1  # batching knobs changed live: the pod was never restarted

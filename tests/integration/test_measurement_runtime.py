@@ -1,7 +1,12 @@
 """Against a real runtime process: the client's percentiles land in the server histogram bucket of the server's.
 
-TTFT is not asserted yet: the runtime's TTFT starts when its engine thread adds the request, and clients see
-20-150 ms more (reported to the runtime owners), sometimes one bucket off, sometimes more.
+TTFT: the server's clock runs from the handler's submit (after HTTP parsing and tokenization) to the sampled first
+token, the client's from its send to the first SSE chunk with text, so every request's client TTFT contains its
+server TTFT and the client's bucket is never below the server's. Above it, measured on the shared 2-core box under
+this test's load: +3 ms per request when sent one at a time, but +10-26 ms at the P50 under load (the event loop
+waits for the GIL held by the engine thread's step, before submit and again to write the chunk). The P99 sits in
+the 100-250 ms bucket and the client is in it or the next; the P50 sits in 20 ms wide buckets, so the overhead put
+the client two buckets up in 1 of 7 windows: only its lower bound is asserted (open: runtime-side overhead).
 
 A tiny checkpoint is built by the test and served by `python -m gpu_runtime serve` on CPU; the load generator
 drives it, and the same window is read from the server by scraping /metrics before and after.
@@ -18,11 +23,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from gpu_runtime.checkpoint import build_checkpoint
 from slotune.loadgen.runner import RunPlan, run_workload
-from slotune.loadgen.stats import client_snapshot, summarize
+from slotune.loadgen.stats import client_snapshot, request_latencies_ms, summarize
 from slotune.loadgen.workload import WorkloadSpec
 from slotune.metrics.names import names_for
 from slotune.metrics.scrape import scrape_snapshot
@@ -126,6 +132,27 @@ def test_client_percentiles_fall_in_the_server_bucket(window: tuple, metric: Lat
     # The same bucket, or its neighbour when a value sits within clock jitter of a shared edge (seen: client TPOT
     # p50 10.008 ms against the 10 ms edge).
     assert abs(client_bucket - server_bucket) <= 1, (metric, percentile, server_bucket, client_bucket)
+
+
+def _ttft_buckets(window: tuple, percentile: int) -> tuple[int, int]:
+    """(server bucket, client bucket) of TTFT at `percentile`."""
+    server, _, records, _ = window
+    server_bucket = _bucket_index(server, LatencyMetric.TTFT, server.ttft.at(percentile))
+    # The order statistic histogram_quantile's bucket holds (rank ceil(q*n)), so "client >= server per request"
+    # carries over to the percentiles exactly; numpy's default interpolation could sit one order statistic lower.
+    client_ms = float(np.percentile(request_latencies_ms(records, LatencyMetric.TTFT), percentile,
+                                    method="inverted_cdf"))
+    return server_bucket, _bucket_index(server, LatencyMetric.TTFT, client_ms)
+
+
+def test_client_ttft_p99_is_in_the_server_bucket_or_the_next(window: tuple) -> None:
+    server_bucket, client_bucket = _ttft_buckets(window, 99)
+    assert client_bucket - server_bucket in (0, 1), (server_bucket, client_bucket)
+
+
+def test_client_ttft_p50_is_never_below_the_server_bucket(window: tuple) -> None:
+    server_bucket, client_bucket = _ttft_buckets(window, 50)
+    assert client_bucket >= server_bucket, (server_bucket, client_bucket)
 
 
 def test_unreachable_server_requests_are_counted_as_failures() -> None:

@@ -43,8 +43,6 @@ log = logging.getLogger(__name__)
 # Waiting reasons of a container that will not get better by waiting (kubelet's names).
 _HOPELESS_WAITING = frozenset({"CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "InvalidImageName",
                                "CreateContainerConfigError", "CreateContainerError"})
-# A pod may wait this long for GPUs a terminating pod still holds before the rollout counts as failed.
-UNSCHEDULABLE_GRACE_S = 30.0
 ADMIN_CONNECT_RETRY_S = 60.0  # how long a Ready pod may refuse connections before its POST counts as failed
 
 
@@ -170,7 +168,7 @@ class KubernetesBackend:
             problem = state.problem or self._pod_problem(transient=False)
             unschedulable = None if problem else self._pod_problem(transient=True)
             stuck_since = (stuck_since or time.monotonic()) if unschedulable else None
-            if unschedulable and time.monotonic() - (stuck_since or 0) > UNSCHEDULABLE_GRACE_S:
+            if unschedulable and time.monotonic() - (stuck_since or 0) > self.settings.unschedulable_grace_s:
                 problem = unschedulable
             if problem:
                 self._record("RolloutFailed", problem, True)

@@ -27,6 +27,7 @@ _FLAGS = {
     "pod_endpoints_file": "test harness only: JSON {NAMESPACE/POD: URL} overriding where pods are reached",
     "tick_s": "seconds between two steps of a TunedModel's tuning loop",
     "rollout_timeout_s": "longest wait for a rollout before a change counts as failed",
+    "unschedulable_grace_s": "how long a new pod may stay unschedulable before its rollout counts as failed",
 }
 
 

@@ -50,6 +50,9 @@ class OperatorSettings:
     """How often the per-TunedModel tuning daemon wakes up to advance the loop."""
     rollout_timeout_s: float = 600.0
     """Longest wait for a Deployment rollout (image pull and model load) before a change counts as failed."""
+    unschedulable_grace_s: float = 30.0
+    """How long a new pod may stay unschedulable (waiting for GPUs a terminating pod still holds) before the
+    rollout counts as failed."""
 
     def pod_endpoints(self) -> Mapping[str, str]:
         if self.pod_endpoints_file is None or not self.pod_endpoints_file.exists():
@@ -70,6 +73,7 @@ _ENV = {
     "pod_endpoints_file": "SLOTUNE_POD_ENDPOINTS_FILE",
     "tick_s": "SLOTUNE_TICK_S",
     "rollout_timeout_s": "SLOTUNE_ROLLOUT_TIMEOUT_S",
+    "unschedulable_grace_s": "SLOTUNE_UNSCHEDULABLE_GRACE_S",
 }
 
 
@@ -85,7 +89,7 @@ def _convert(name: str, text: str) -> object:
         return AdminTransport(text)
     if name == "pod_endpoints_file":
         return Path(text) if text else None
-    if name in {"tick_s", "rollout_timeout_s"}:
+    if name in {"tick_s", "rollout_timeout_s", "unschedulable_grace_s"}:
         return float(text)
     return text
 
@@ -107,7 +111,7 @@ def load_settings(overrides: Mapping[str, str | None] | None = None, environ: Ma
 def _validated(settings: OperatorSettings) -> OperatorSettings:
     if settings.log_level.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
         raise ValueError(f"SLOTUNE_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR, not {settings.log_level!r}")
-    if settings.tick_s <= 0 or settings.rollout_timeout_s <= 0:
-        raise ValueError("SLOTUNE_TICK_S and SLOTUNE_ROLLOUT_TIMEOUT_S must be positive")
+    if min(settings.tick_s, settings.rollout_timeout_s, settings.unschedulable_grace_s) <= 0:
+        raise ValueError("SLOTUNE_TICK_S, SLOTUNE_ROLLOUT_TIMEOUT_S and SLOTUNE_UNSCHEDULABLE_GRACE_S must be positive")
     return settings
 

@@ -1,0 +1,72 @@
+"""The Kubernetes backend against the real scheduler: a config whose pods cannot be scheduled is a failed apply
+(the loop rolls back and never tries it again), scaling back succeeds, and a restart-only knob rolls the pods."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slotune.api import parse_tunedmodel
+from slotune.backends.kube_api import KubeAPI
+from slotune.backends.kubernetes import KubernetesBackend
+from slotune.controller.settings import OperatorSettings
+from slotune.knobs import KVCacheDtype
+from tests.e2e.harness.kube import apply, get, wait_for
+from tests.integration.test_operator import tunedmodel
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def namespace(kube) -> Iterator[str]:
+    kube.kubectl("apply", "-f", str(ROOT / "crds" / "tunedmodel.yaml"))
+    wait_for(lambda: kube.kubectl("wait", "--for=condition=Established", "crd/tunedmodels.slotune.io",
+                                  "--timeout=10s", check=False).returncode == 0, 60, "the CRD")
+    name = f"be-{uuid.uuid4().hex[:8]}"
+    kube.kubectl("create", "namespace", name)
+    yield name
+    kube.kubectl("delete", "namespace", name, "--wait=false")
+
+
+def pod_names(kube, namespace: str) -> set[str]:
+    pods = json.loads(kube.kubectl("get", "pods", "-n", namespace, "-l", "slotune.io/tunedmodel=big",
+                                   "-o", "json").stdout)["items"]
+    return {p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")}
+
+
+def test_unschedulable_replicas_fail_the_apply_and_the_previous_config_comes_back(kube, namespace) -> None:
+    # 4 GPUs per replica on the one 8-GPU H100 node: two replicas fit, three do not.
+    manifest = tunedmodel("big", namespace, hardware={"accelerator": "nvidia-h100-80gb", "count": 4}, replicas=1,
+                          tuning={"mode": "off", "windowSeconds": 5, "minSamples": 10})
+    apply(kube, manifest)  # no operator runs here: the test drives the backend itself
+    tm = parse_tunedmodel(get(kube, "tunedmodel", "big", namespace))
+    settings = OperatorSettings(rollout_timeout_s=90, unschedulable_grace_s=3)
+    api = KubeAPI.from_environment(str(kube.kubeconfig))
+    recorded: list[tuple[str, str, bool]] = []
+    backend = KubernetesBackend(api, tm, settings, record=lambda *event: recorded.append(event))
+    try:
+        initial = tm.spec.initial_config()
+        assert backend.apply(initial).ok
+        assert backend.apply(initial.with_changes(replicas=2)).ok  # scaled, same pods kept
+        before = pod_names(kube, namespace)
+
+        too_many = backend.apply(initial.with_changes(replicas=3))
+        assert not too_many.ok and too_many.crashed
+        assert "Insufficient nvidia.com/gpu" in too_many.reason
+        assert ("RolloutFailed", too_many.reason, True) in recorded
+
+        assert backend.apply(initial.with_changes(replicas=2)).ok  # the rollback
+        assert pod_names(kube, namespace) == before  # hot path: scaling never restarted a pod
+
+        fp8 = initial.with_changes(replicas=2, kv_cache_dtype=KVCacheDtype.FP8)  # restart-only knob
+        assert backend.apply(fp8).ok
+        deployment = get(kube, "deployment", "big-runtime", namespace)
+        assert "--kv-cache-dtype=fp8" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert backend.deployed_config() == fp8
+        assert pod_names(kube, namespace).isdisjoint(before)  # new pods for the new arguments
+    finally:
+        api.close()

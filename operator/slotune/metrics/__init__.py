@@ -1,5 +1,24 @@
 """Measurement of a serving deployment: snapshots from Prometheus, direct scrapes, or the load generator."""
 
+from slotune.metrics.names import Engine, MetricNames, names_for
+from slotune.metrics.promql import PrometheusClient, Selector, promql_snapshot
+from slotune.metrics.scrape import scrape_snapshot
 from slotune.metrics.snapshot import Histogram, LatencyMetric, LatencySummary, MetricsSnapshot, Source
+from slotune.metrics.window import MetricsUnavailable, UnavailableReason
 
-__all__ = ["Histogram", "LatencyMetric", "LatencySummary", "MetricsSnapshot", "Source"]
+__all__ = [
+    "Engine",
+    "Histogram",
+    "LatencyMetric",
+    "LatencySummary",
+    "MetricNames",
+    "MetricsSnapshot",
+    "MetricsUnavailable",
+    "PrometheusClient",
+    "Selector",
+    "Source",
+    "UnavailableReason",
+    "names_for",
+    "promql_snapshot",
+    "scrape_snapshot",
+]

@@ -10,7 +10,7 @@ side alike; the report quotes medians over rounds and ratios from the same run (
 Bandwidth bound of a step (reference.md section 4): bytes read / bandwidth, where bytes read = every weight except the
 embedding table (one row per token) + the KV cache of all running sequences; 30 GB/s on these machines.
 
-    .venv/bin/python -m bench.bench_engine [--rounds 3] [--max-tokens 48] [--threads N]
+    .venv/bin/python -m bench.bench_engine [--rounds 3] [--max-tokens 48] [--threads 1]
 
 Writes bench/results/engine.json and bench/results/engine.md.
 """
@@ -210,7 +210,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    # One thread by default: on a shared 2-core box, two OpenMP threads stall each other (measured 600+ ms steps at
+    # load average 8 vs ~80 ms with one thread); reference.md section 9 puts its cost at 1.3-1.5x at batch 64 idle.
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -103,7 +103,9 @@ def test_ctrl_c_mid_run_leaves_no_runtime_behind(tmp_path: Path) -> None:
             assert process.poll() is None, process.stdout.read()
             time.sleep(0.5)
         assert len(runtime_pids(str(out))) == 2
-        time.sleep(3)  # inside the first measurement window
+        while not (out / "state.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.5)  # the runtimes serve and the tuner has started its first window
+        time.sleep(3)
         os.kill(process.pid, signal.SIGINT)
         output, _ = process.communicate(timeout=60)
     finally:

@@ -106,7 +106,7 @@ class Scheduler:
             if num_new > budget and not self.knobs.enable_chunked_prefill:
                 # Without chunking a prompt must fit whole; one larger than the entire budget runs alone rather
                 # than never (vLLM refuses such configs instead).
-                if not (nothing_scheduled and not scheduled and budget == self.knobs.max_num_batched_tokens):
+                if scheduled or not nothing_scheduled:
                     break
             else:
                 num_new = min(num_new, budget)

@@ -17,13 +17,13 @@ ACCELERATORS = {"h100": ("nvidia-h100-80gb", 1.0), "a100": ("nvidia-a100-40gb", 
 TIERS = {"relaxed": (2000, 100), "interactive": (500, 30)}
 WORKLOADS = {
     # name: (profile, H100 request rate, draft acceptance, poor start, note)
-    "chat": ("chat", 48.0, 0.45, {"maxNumSeqs": 4, "maxNumBatchedTokens": 512, "enablePrefixCaching": False},
+    "chat": ("chat", 80.0, 0.45, {"maxNumSeqs": 4, "maxNumBatchedTokens": 512, "enablePrefixCaching": False},
              "batch limit far too small: capacity"),
     "code": ("code", 6.0, 0.6, {"maxNumSeqs": 8, "maxNumBatchedTokens": 16384, "enableChunkedPrefill": False},
              "bursty long prompts, whole-prompt prefill steps: interference and capacity"),
-    "summarization": ("summarization", 20.0, 0.7, {"maxNumSeqs": 16, "maxNumBatchedTokens": 256},
+    "summarization": ("summarization", 32.0, 0.7, {"maxNumSeqs": 16, "maxNumBatchedTokens": 256},
                       "long prompts through a tiny token budget: prefill"),
-    "prefix-heavy": ("prefix-heavy", 48.0, 0.45, {"maxNumSeqs": 16, "maxNumBatchedTokens": 1024,
+    "prefix-heavy": ("prefix-heavy", 80.0, 0.45, {"maxNumSeqs": 16, "maxNumBatchedTokens": 1024,
                                                   "enablePrefixCaching": False},
                      "shared system prompts recomputed: prefix caching off"),
 }

@@ -24,6 +24,7 @@ from slotune.slo import SLOSpec, TargetResult
 
 QUEUE_DOMINATES = 0.5  # queue share of TTFT at the violated percentile
 TAIL_RATIO = 1.6  # TPOT p99 / p50 above this, with the median fine, is a tail problem
+ITL_TAIL_RATIO = 4.0  # per-token gaps: a p99 this far above the median means decodes stall behind long steps
 PREFIX_EFFECTIVE = 0.6  # hit rate below this share of the shared-prefix token share is 'ineffective'
 FULL_CONFIDENCE_SAMPLES = 200
 
@@ -129,7 +130,8 @@ def _decode_rule(snapshot: MetricsSnapshot, config: RuntimeConfig, slo: SLOSpec,
     lines = [f"TPOT p50 {p50:.1f} ms, p99 {p99:.1f} ms (tail x{tail:.2f})"]
     if itl50 and itl99:
         lines.append(f"inter-token p50 {itl50:.1f} ms, p99 {itl99:.1f} ms")
-    if median_fine and tail >= TAIL_RATIO:
+    itl_tail = itl99 / itl50 if itl50 and itl99 else 0.0
+    if median_fine and (tail >= TAIL_RATIO or itl_tail >= ITL_TAIL_RATIO):
         lines.append(f"chunked prefill {'on' if config.enable_chunked_prefill else 'off'}, token budget "
                      f"{config.max_num_batched_tokens}: long prefill steps stall decodes")
         return Bottleneck.PREFILL_INTERFERENCE, tuple(lines)

@@ -1,7 +1,9 @@
 """Verification of one change: did the targeted metric improve beyond noise, and did nothing else get worse?
 
 The targeted percentile's ratio after / before gets a bootstrap confidence interval (Efron & Tibshirani 1993,
-percentile method) from the two windows' per-request samples; where a source has only histograms, the interval is the
+percentile method) from the two windows' per-request samples. Latencies of neighbouring requests are correlated (they
+queue behind the same burst), so samples are resampled in contiguous blocks of ~sqrt(n) in arrival order (moving
+block bootstrap, Kuensch 1989); resampling single requests would make intervals several times too narrow; where a source has only histograms, the interval is the
 bucket width around each estimate. A change is kept when the interval lies below 1 (a real improvement) and no other
 SLO metric or the throughput floor got worse beyond tolerance, or when it turned a violated SLO into a met one
 without breaking anything. An A/A pair (same config twice) almost never shows an interval entirely below 1.
@@ -19,6 +21,7 @@ from slotune.slo import SLOSpec
 BOOTSTRAP_RESAMPLES = 400
 CONFIDENCE = 0.95
 TOLERANCE = 0.10  # another metric may get this much worse before it counts as a regression
+MIN_EFFECT = 0.05  # an improvement must be at least this large at the interval's edge to count
 
 
 @dataclass(frozen=True)
@@ -31,11 +34,11 @@ class MetricChange:
 
     @property
     def improved(self) -> bool:
-        return self.ratio_high < 1.0
+        return self.ratio_high < 1.0 - MIN_EFFECT
 
     @property
     def worsened(self) -> bool:
-        return self.ratio_low > 1.0
+        return self.ratio_low > 1.0 + MIN_EFFECT
 
     def describe(self) -> str:
         before = "n/a" if self.before_ms is None else f"{self.before_ms:.1f}"
@@ -103,12 +106,22 @@ def _regressions(before: MetricsSnapshot, after: MetricsSnapshot, slo: SLOSpec, 
 
 def _bootstrap(before: np.ndarray, after: np.ndarray, percentile: int, seed: int) -> tuple[float, float]:
     rng = np.random.default_rng(seed)
-    b = np.percentile(rng.choice(before, (BOOTSTRAP_RESAMPLES, before.size)), percentile, axis=1)
-    a = np.percentile(rng.choice(after, (BOOTSTRAP_RESAMPLES, after.size)), percentile, axis=1)
+    b = np.percentile(_block_resamples(before, rng), percentile, axis=1)
+    a = np.percentile(_block_resamples(after, rng), percentile, axis=1)
     ratios = a / np.maximum(b, 1e-9)
     tail = (1 - CONFIDENCE) / 2 * 100
     low, high = np.percentile(ratios, [tail, 100 - tail])
     return float(low), float(high)
+
+
+def _block_resamples(samples: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """BOOTSTRAP_RESAMPLES rows, each n samples glued from random contiguous blocks of length ~sqrt(n)."""
+    n = samples.size
+    block = max(1, round(np.sqrt(n)))
+    num_blocks = -(-n // block)
+    starts = rng.integers(0, n - block + 1, (BOOTSTRAP_RESAMPLES, num_blocks))
+    index = (starts[:, :, None] + np.arange(block)[None, None, :]).reshape(BOOTSTRAP_RESAMPLES, -1)[:, :n]
+    return samples[index]
 
 
 def _bucket_bounds(summary: LatencySummary, value_ms: float) -> tuple[float, float]:

@@ -1,8 +1,9 @@
 """How much load one replica carries under a config: utilisation and the replicas a load needs.
 
 A request occupies one batch slot for its whole decode, so at an effective batch B a replica decodes at B / step(B)
-tokens per second; prefill time adds on top. Utilisation is then rho = rate_per_replica * (prefill_s + output_tokens *
-step(B) / B), the busy fraction of an M/G/1-like server; queueing delay grows as 1 / (1 - rho), so a replica is sized
+tokens per second; prefill is compute work that overlaps bandwidth-bound decode steps. Utilisation is then
+rho = rate_per_replica * max(output_tokens * step(B) / B, prefill_s + decode compute), the busy fraction of an
+M/G/1-like server; queueing delay grows as 1 / (1 - rho), so a replica is sized
 for rho <= TARGET_UTILIZATION. The effective batch is bounded by max_num_seqs, by the KV cache, and (when a TPOT
 target is given) by the largest batch whose step still meets it.
 """
@@ -58,7 +59,11 @@ def service_s(deployment: Deployment, config: RuntimeConfig, load: Load, tpot_ta
     step = deployment.step_model(config)
     batch = effective_batch(deployment, config, load, tpot_target_ms)
     context = load.mean_prompt_tokens + load.mean_output_tokens / 2
-    return _prefill_s(deployment, config, load) + load.mean_output_tokens * step.decode_step_s(batch, context) / batch
+    decode_s = load.mean_output_tokens * step.decode_step_s(batch, context) / batch
+    # Chunked prefill rides along in decode steps: bandwidth-bound decode leaves compute idle for prompt tokens, so
+    # the two overlap and the replica is busy for whichever is larger (a roofline on throughput).
+    decode_compute_s = load.mean_output_tokens * step.cost(StepShape(num_decode_seqs=1)).compute_s / step.eff.compute
+    return max(decode_s, _prefill_s(deployment, config, load) + decode_compute_s)
 
 
 def utilization(deployment: Deployment, config: RuntimeConfig, load: Load, tpot_target_ms: float | None) -> float:

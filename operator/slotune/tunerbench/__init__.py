@@ -1,0 +1,1 @@
+"""Tuner benchmark: scenarios, strategies (slotune, grid, random, TPE), the exhaustive oracle and the report."""

@@ -1,0 +1,168 @@
+"""Policy and verification: one targeted change per bottleneck, bounds and quality opt-in respected, never a tried
+config again, Infeasible with what would be needed; A/A windows are not improvements, real ones are kept."""
+
+from __future__ import annotations
+
+import pytest
+
+from slotune.api.tuning import Knob, KnobBounds, TuningSpec
+from slotune.diagnosis import Bottleneck, diagnose
+from slotune.knobs import Quantization, RuntimeConfig
+from slotune.loadgen.workload import Profile, WorkloadSpec
+from slotune.metrics.snapshot import LatencyMetric
+from slotune.perfmodel import Deployment
+from slotune.policy import Infeasible, PolicyInput, Proposal, propose, propose_trim
+from slotune.simulator import simulate_workload
+from slotune.slo import SLOSpec
+from slotune.verification import verify
+
+H100 = Deployment.from_names("llama-3.1-8b", "h100")
+L4 = Deployment.from_names("llama-3.1-8b", "l4")
+RELAXED = SLOSpec.model_validate({"ttft": {"p99": 2000}, "tpot": {"p99": 100}})
+CHAT = WorkloadSpec(profile=Profile.CHAT, request_rate_per_s=20)
+TUNING = TuningSpec(bounds=KnobBounds(max_replicas=4))
+
+
+def _decide(deployment: Deployment, config: RuntimeConfig, workload: WorkloadSpec, slo: SLOSpec = RELAXED,
+            tuning: TuningSpec = TUNING, excluded: frozenset[str] = frozenset()) -> Proposal | Infeasible:
+    snapshot = simulate_workload(deployment, config, workload, 150, seed=0).snapshot
+    diagnosis = diagnose(snapshot, config, slo, deployment, workload)
+    return propose(diagnosis, PolicyInput(config, snapshot, slo, tuning, deployment, excluded, workload=workload))
+
+
+def test_capacity_raises_the_batch_limit_in_one_sized_step():
+    decision = _decide(H100, RuntimeConfig(max_num_seqs=4), CHAT)
+    assert isinstance(decision, Proposal)
+    assert decision.knob is Knob.MAX_NUM_SEQS
+    assert decision.config.max_num_seqs >= 32  # sized from the batch the TPOT target allows, not +1
+    assert decision.config.changed_knobs(RuntimeConfig(max_num_seqs=4)) == {"max_num_seqs"}
+    assert decision.target_metric is LatencyMetric.TTFT
+
+
+def test_a_load_one_replica_cannot_carry_gets_replicas_first_within_bounds():
+    heavy = WorkloadSpec(profile=Profile.CHAT, request_rate_per_s=100)
+    decision = _decide(H100, RuntimeConfig(max_num_seqs=4), heavy)
+    assert isinstance(decision, Proposal) and decision.knob is Knob.REPLICAS
+    assert 2 <= decision.config.replicas <= 4
+
+
+def test_a_tried_config_is_never_proposed_again():
+    first = _decide(H100, RuntimeConfig(max_num_seqs=4), CHAT)
+    assert isinstance(first, Proposal)
+    second = _decide(H100, RuntimeConfig(max_num_seqs=4), CHAT, excluded=frozenset({first.config.key()}))
+    assert isinstance(second, Proposal) and second.config != first.config
+
+
+def test_shared_prefixes_with_caching_off_turn_caching_on():
+    workload = WorkloadSpec(profile=Profile.PREFIX_HEAVY, request_rate_per_s=0.5)
+    tight = SLOSpec.model_validate({"ttft": {"p50": 250}})
+    decision = _decide(L4, RuntimeConfig(enable_prefix_caching=False, max_num_batched_tokens=8192), workload, tight)
+    assert isinstance(decision, Proposal) and decision.knob is Knob.ENABLE_PREFIX_CACHING
+
+
+def test_whole_prompt_prefill_stalls_turn_chunked_prefill_on():
+    workload = WorkloadSpec(profile=Profile.SUMMARIZATION, request_rate_per_s=3)
+    slo = SLOSpec.model_validate({"tpot": {"p50": 10, "p99": 11}})
+    config = RuntimeConfig(enable_chunked_prefill=False, max_num_batched_tokens=16384)
+    decision = _decide(H100, config, workload, slo)
+    assert isinstance(decision, Proposal) and decision.knob is Knob.ENABLE_CHUNKED_PREFILL
+    assert decision.config.enable_chunked_prefill and decision.config.max_num_batched_tokens <= 2048
+
+
+def test_quantization_only_with_quality_opt_in_and_first_on_low_bandwidth_parts():
+    light = WorkloadSpec(profile=Profile.CHAT, request_rate_per_s=0.3)
+    slo = SLOSpec.model_validate({"tpot": {"p50": 60}})
+    without = _decide(L4, RuntimeConfig(), light, slo)
+    assert not isinstance(without, Infeasible) or "allowQualityChange" in " ".join(without.needs)
+    if isinstance(without, Proposal):
+        assert without.knob is not Knob.QUANTIZATION
+    opted_in = TuningSpec(bounds=KnobBounds(max_replicas=4), allow_quality_change=True,
+                          knobs=[Knob.MAX_NUM_SEQS, Knob.SPECULATIVE, Knob.QUANTIZATION, Knob.REPLICAS])
+    decision = _decide(L4, RuntimeConfig(), light, slo, opted_in)
+    assert isinstance(decision, Proposal) and decision.knob is Knob.QUANTIZATION
+    assert decision.config.quantization is Quantization.FP8  # the L4 has fp8 tensor cores
+
+
+def test_speculation_is_not_proposed_when_it_would_break_the_throughput_floor():
+    light = WorkloadSpec(profile=Profile.CHAT, request_rate_per_s=0.3)
+    slo = SLOSpec.model_validate({"tpot": {"p50": 5}})
+    free = _decide(H100, RuntimeConfig(), light, slo, TuningSpec(knobs=[Knob.SPECULATIVE]))
+    assert isinstance(free, Proposal) and free.knob is Knob.SPECULATIVE
+    floored = SLOSpec.model_validate({"tpot": {"p50": 5}, "minThroughput": 1e6})
+    assert isinstance(_decide(H100, RuntimeConfig(), light, floored, TuningSpec(knobs=[Knob.SPECULATIVE])),
+                      Infeasible)
+
+
+def test_a_physically_unreachable_tpot_is_infeasible_with_what_would_be_needed():
+    interactive = SLOSpec.model_validate({"ttft": {"p99": 500}, "tpot": {"p99": 30}})
+    decision = _decide(L4, RuntimeConfig(), WorkloadSpec(profile=Profile.CHAT, request_rate_per_s=0.5),
+                       interactive, TuningSpec(bounds=KnobBounds(max_replicas=4), knobs=[Knob.REPLICAS]))
+    assert isinstance(decision, Infeasible)
+    needs = " ".join(decision.needs)
+    assert "memory bandwidth" in needs and "nvidia-h100-80gb" in needs and "allowQualityChange" in needs
+
+
+def test_capacity_beyond_max_replicas_is_infeasible_with_the_replicas_needed():
+    heavy = WorkloadSpec(profile=Profile.CHAT, request_rate_per_s=60)
+    tuning = TuningSpec(bounds=KnobBounds(max_replicas=1), knobs=[Knob.REPLICAS])
+    decision = _decide(L4, RuntimeConfig(max_num_seqs=64), heavy, RELAXED, tuning)
+    assert isinstance(decision, Infeasible)
+    assert any("replicas (maxReplicas is 1)" in need for need in decision.needs)
+
+
+def test_trim_offers_fewer_replicas_once_the_slo_holds_with_room():
+    light = WorkloadSpec(profile=Profile.CHAT, request_rate_per_s=2)
+    config = RuntimeConfig(replicas=4)
+    snapshot = simulate_workload(H100, config, light, 100, seed=0).snapshot
+    assert RELAXED.is_met(snapshot)
+    trim = propose_trim(PolicyInput(config, snapshot, RELAXED, TUNING, H100, workload=light))
+    assert trim is not None and trim.trim and trim.config.replicas < 4
+
+
+# -- verification --------------------------------------------------------------------------------------------------
+
+def test_a_to_a_windows_are_rarely_an_improvement_and_never_a_regression():
+    # The p99 of 200 requests swings up to 2x between identical windows; the block bootstrap must cover most of it.
+    config = RuntimeConfig(max_num_seqs=16)
+    improved = 0
+    for seed in range(10):
+        a = simulate_workload(H100, config, CHAT, 200, seed=seed).snapshot
+        b = simulate_workload(H100, config, CHAT, 200, seed=seed + 100).snapshot
+        result = verify(a, b, LatencyMetric.TTFT, 99, RELAXED)
+        improved += result.targeted.improved
+        assert not result.regressions
+    assert improved <= 2
+
+
+def test_a_real_improvement_is_kept():
+    before = simulate_workload(H100, RuntimeConfig(max_num_seqs=4), CHAT, 200, seed=0).snapshot
+    after = simulate_workload(H100, RuntimeConfig(max_num_seqs=64), CHAT, 200, seed=1).snapshot
+    result = verify(before, after, LatencyMetric.TTFT, 99, RELAXED)
+    assert result.keep and result.targeted.improved and result.targeted.ratio_high < 0.5
+
+
+def test_a_change_that_breaks_another_target_is_rolled_back():
+    workload = WorkloadSpec(profile=Profile.SUMMARIZATION, request_rate_per_s=3)
+    slo = SLOSpec.model_validate({"ttft": {"p99": 5000}, "tpot": {"p99": 12}})
+    before = simulate_workload(H100, RuntimeConfig(max_num_batched_tokens=512), workload, 150, seed=0).snapshot
+    after = simulate_workload(H100, RuntimeConfig(max_num_batched_tokens=16384), workload, 150, seed=1).snapshot
+    result = verify(before, after, LatencyMetric.TTFT, 99, slo)
+    assert not result.keep
+    assert result.regressions and "tpot_p99" in result.regressions[0]
+
+
+def test_a_regression_of_the_targeted_metric_is_rolled_back():
+    before = simulate_workload(H100, RuntimeConfig(max_num_seqs=64), CHAT, 200, seed=0).snapshot
+    after = simulate_workload(H100, RuntimeConfig(max_num_seqs=4), CHAT, 200, seed=1).snapshot
+    result = verify(before, after, LatencyMetric.TTFT, 99, RELAXED)
+    assert not result.keep and result.targeted.worsened
+
+
+@pytest.mark.parametrize("percentile", [50, 99])
+def test_histogram_only_windows_use_bucket_bounds(percentile):
+    from slotune.verification import compare
+
+    before = simulate_workload(H100, RuntimeConfig(max_num_seqs=4), CHAT, 100, seed=0).snapshot.itl
+    after = simulate_workload(H100, RuntimeConfig(max_num_seqs=64), CHAT, 100, seed=0).snapshot.itl
+    change = compare(before, after, percentile, "itl")
+    assert before.samples_ms is None and change.ratio_low <= change.ratio_high

@@ -3,10 +3,11 @@
 The targeted percentile's ratio after / before gets a bootstrap confidence interval (Efron & Tibshirani 1993,
 percentile method) from the two windows' per-request samples. Latencies of neighbouring requests are correlated (they
 queue behind the same burst), so samples are resampled in contiguous blocks of ~sqrt(n) in arrival order (moving
-block bootstrap, Kuensch 1989); resampling single requests would make intervals several times too narrow; where a source has only histograms, the interval is the
-bucket width around each estimate. A change is kept when the interval lies below 1 (a real improvement) and no other
-SLO metric or the throughput floor got worse beyond tolerance, or when it turned a violated SLO into a met one
-without breaking anything. An A/A pair (same config twice) almost never shows an interval entirely below 1.
+block bootstrap, Kuensch 1989); resampling single requests would make intervals several times too narrow. Where a
+source has only histograms, the interval is the bucket width around each estimate.
+A change is kept when the interval lies below 1 - MIN_EFFECT (a real improvement) and no other SLO metric or the
+throughput floor got worse beyond tolerance, or when it turned a violated SLO into a met one without breaking
+anything. A/A pairs (the same config twice) rarely show such an interval (tests/unit/test_policy.py measures it).
 """
 
 from __future__ import annotations

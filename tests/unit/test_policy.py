@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from slotune.api.tuning import Knob, KnobBounds, TuningSpec
-from slotune.diagnosis import Bottleneck, diagnose
+from slotune.diagnosis import diagnose
 from slotune.knobs import Quantization, RuntimeConfig
 from slotune.loadgen.workload import Profile, WorkloadSpec
 from slotune.metrics.snapshot import LatencyMetric

@@ -55,6 +55,7 @@ class HistoryRecord(_Frozen):
     config: RuntimeConfig
     verdict: Verdict
     detail: str = ""
+    trim: bool = False  # a cost-saving change made while the SLO held
 
 
 class InfeasibleReport(_Frozen):

@@ -227,7 +227,7 @@ class Tuner:
         before = Observed.of(state.baseline) if state.baseline is not None else None
         return HistoryRecord(iteration=state.iteration, time=now_utc(), knob=pending.knob, change=pending.change,
                              reason=pending.reason, before=before, after=Observed.of(after) if after else None,
-                             config=pending.config, verdict=verdict, detail=detail)
+                             config=pending.config, verdict=verdict, detail=detail, trim=pending.trim)
 
     def _save(self, state: TuningState) -> TuningState:
         self.store.save(state)

@@ -72,4 +72,6 @@ def test_operator_deploys_reports_and_cleans_up_with_the_charts_rbac(kube, rbac_
         wait_for(lambda: get(kube, "deployment", "least-runtime", namespace) is None, 60, "the Deployment gone")
         log = operator.log_tail(2000)
     kube.kubectl("delete", "namespace", namespace, "--wait=false")
-    assert "Forbidden" not in log and " 403" not in log, log
+    # An RBAC denial names the user (other tests' namespaces being deleted give unrelated 403s).
+    assert f'User "system:serviceaccount:{SYSTEM_NAMESPACE}:' not in log, log
+    assert "Handler 'created' succeeded" in log

@@ -1,0 +1,63 @@
+"""bench-tuner: scenario files load (or fail with the file's name), every strategy runs, results are written."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+import yaml
+
+from slotune.tunerbench import command
+from slotune.tunerbench.scenario import load_scenarios
+from slotune.tunerbench.space import all_configs
+
+FEASIBLE = {
+    "name": "chat-small", "model": "llama-3.1-8b", "accelerator": "nvidia-h100-80gb",
+    "workload": {"profile": "chat", "requestRatePerS": 30}, "slo": {"ttft": {"p99": 2000}, "tpot": {"p99": 100}},
+    "start": {"maxNumSeqs": 4, "replicas": 1},
+    "tuning": {"knobs": ["max_num_seqs", "replicas"], "bounds": {"maxReplicas": 2}}, "requestsPerWindow": 60,
+}
+INFEASIBLE = FEASIBLE | {"name": "l4-too-fast", "accelerator": "nvidia-l4",
+                         "workload": {"profile": "chat", "requestRatePerS": 0.5},
+                         "slo": {"tpot": {"p99": 20}}}
+
+
+def _write(folder, *bodies):
+    folder.mkdir()
+    for body in bodies:
+        (folder / f"{body['name']}.yaml").write_text(yaml.safe_dump(body))
+    return folder
+
+
+def test_scenarios_load_sorted_and_their_space_respects_knobs_and_bounds(tmp_path):
+    scenarios = load_scenarios(_write(tmp_path / "s", INFEASIBLE, FEASIBLE))
+    assert [s.name for s in scenarios] == ["chat-small", "l4-too-fast"]
+    configs = all_configs(scenarios[0])
+    assert {c.replicas for c in configs} == {1, 2}
+    assert {c.max_num_seqs for c in configs} == {8, 64, 256}
+    assert len(configs) == 6  # only the allowed knobs vary
+
+
+def test_a_bad_scenario_names_its_file(tmp_path):
+    folder = _write(tmp_path / "s", FEASIBLE | {"name": "broken", "slo": {}})
+    with pytest.raises(ValueError, match=r"broken\.yaml"):
+        load_scenarios(folder)
+
+
+def test_bench_runs_every_strategy_and_writes_json_markdown_and_plot(tmp_path):
+    folder = _write(tmp_path / "s", FEASIBLE, INFEASIBLE)
+    out = tmp_path / "out"
+    args = argparse.Namespace(scenarios=folder, out=out, budget=4, seeds=2, jobs=1, only="")
+    assert command.run(args) == 0
+    body = json.loads((out / "tuner.json").read_text())
+    assert [s["strategy"] for s in body["summary"]] == ["slotune", "grid", "random", "tpe"]
+    by_name = {s["scenario"]: s for s in body["scenarios"]}
+    assert by_name["chat-small"]["feasible"] and not by_name["l4-too-fast"]["feasible"]
+    mine = {s["scenario"]: next(r for r in s["results"] if r["strategy"] == "slotune") for s in body["scenarios"]}
+    assert mine["l4-too-fast"]["declared_infeasible"]
+    assert not mine["chat-small"]["declared_infeasible"] and mine["chat-small"]["configs_to_slo"] is not None
+    assert len([r for r in by_name["chat-small"]["results"] if r["strategy"] == "random"]) == 2  # one per seed
+    assert "| slotune |" in (out / "tuner.md").read_text()
+    assert (out / "tuner.png").stat().st_size > 0
+    assert body["machine"]["cores"]

@@ -29,6 +29,7 @@ from slotune.slo import SLOSpec
 LOW_BANDWIDTH_BYTES_PER_S = 1e12  # below this, weights dominate decode: quantize before speculating
 SPECULATION_MAX_BATCH = 8  # verification is ~free only while decode stays bandwidth bound
 PRIOR_ACCEPTANCE = 0.5  # per-token acceptance assumed before speculation was ever measured
+MAX_MOVE_ATTEMPTS = 2  # a knob setting rolled back this often is not proposed again (hysteresis)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class PolicyInput:
     tuning: TuningSpec
     deployment: Deployment
     excluded_keys: frozenset[str] = frozenset()
+    rolled_back_moves: tuple[str, ...] = ()  # see move_key; a move is tried at most MAX_MOVE_ATTEMPTS times
     closest: RuntimeConfig | None = None
     workload: WorkloadSpec | None = None
 
@@ -94,17 +96,22 @@ def propose_trim(given: PolicyInput) -> Proposal | None:
 
 
 def _efficiency(given: PolicyInput) -> list[Remedy]:
-    """Changes that let each replica carry more, so that fewer replicas can follow."""
-    c, s = given.config, given.snapshot
+    """Changes that let each replica carry more, so that fewer replicas can follow; gentle steps (x2), since each
+    is kept only if the SLO still holds."""
+    c, s, bounds = given.config, given.snapshot, given.tuning.bounds
     found = [r for r in (_enable_prefix_cache(given),) if r]
-    limit = min(capacity.batch_limit(given.deployment, c, _load(given), _tpot_target(given.slo)),
-                given.tuning.bounds.max_num_seqs.max)
-    if (s.kv_cache_usage or 0.0) < 0.85 and _pow2_at_most(limit) > c.max_num_seqs:
-        found.append(Remedy(c.with_changes(max_num_seqs=_pow2_at_most(limit)), Knob.MAX_NUM_SEQS,
-                      f"room for batches of ~{limit} per replica"))
-    budget = _budget_up(given, "fewer, larger prefill steps")
+    # With one replica fewer, each remaining replica runs r / (r - 1) times the batch: raise the limit if it would bind.
+    scale = c.replicas / max(c.replicas - 1, 1)
+    batch_binds = (s.num_running_mean or 0.0) * scale >= 0.5 * c.max_num_seqs
+    if batch_binds and (s.kv_cache_usage or 0.0) < 0.85 and 2 * c.max_num_seqs <= bounds.max_num_seqs.max:
+        found.append(Remedy(c.with_changes(max_num_seqs=2 * c.max_num_seqs), Knob.MAX_NUM_SEQS,
+                            "room for larger batches per replica"))
+    budget = min(2 * c.max_num_batched_tokens, bounds.max_num_batched_tokens.max, _budget_cap(given))
+    if budget > c.max_num_batched_tokens:
+        found.append(Remedy(c.with_changes(max_num_batched_tokens=budget), Knob.MAX_NUM_BATCHED_TOKENS,
+                            "fewer, larger prefill steps"))
     quant = _quantize(given, "8-bit weights serve more per replica")
-    return found + [r for r in (budget, quant) if r]
+    return found + [r for r in (quant,) if r]
 
 
 # -- remedies per bottleneck ----------------------------------------------------------------------------------------
@@ -174,6 +181,9 @@ def _capacity(given: PolicyInput) -> list[Remedy]:
     replicas = _replicas_remedy(given, "queueing: the load needs more replicas")
     if replicas and _needs_more_replicas(given):
         remedies.insert(0, replicas)
+    quant = _quantize(given, "low-bandwidth accelerator: 8-bit weights nearly double what each replica decodes")
+    if quant and given.deployment.accelerator.memory_bandwidth_bytes_per_s < LOW_BANDWIDTH_BYTES_PER_S:
+        remedies.insert(0, quant)
     budget = _budget_up(given, "a small token budget slows admission")
     remedies += [r for r in (budget, replicas, _enable_prefix_cache(given)) if r]
     return remedies
@@ -325,6 +335,9 @@ def _needs_more_replicas(given: PolicyInput) -> bool:
     roomy = given.config.with_changes(max_num_seqs=given.tuning.bounds.max_num_seqs.max)
     if _enable_prefix_cache(given) is not None:
         roomy = roomy.with_changes(enable_prefix_caching=True)
+    quant = _quantize(given, "")
+    if quant is not None:
+        roomy = roomy.with_changes(quantization=quant.config.quantization)
     return _replicas_for_load(given, roomy) > given.config.replicas
 
 
@@ -336,12 +349,20 @@ def _max_replicas(given: PolicyInput) -> int:
 def _admissible(config: RuntimeConfig, knob: Knob, given: PolicyInput) -> bool:
     if knob not in given.tuning.knobs or config == given.config or config.key() in given.excluded_keys:
         return False
+    if knob is not Knob.REPLICAS and given.rolled_back_moves.count(move_key(given.config, config)) >= \
+            MAX_MOVE_ATTEMPTS:
+        return False
     error = given.deployment.startup_error(config)
     return error is None
 
 
 def _pow2_at_most(value: float) -> int:
     return 1 << max(0, math.floor(math.log2(max(value, 1.0))))
+
+
+def move_key(old: RuntimeConfig, new: RuntimeConfig) -> str:
+    """The knob values a change sets, e.g. 'max_num_batched_tokens=2048', whatever else differs."""
+    return ",".join(f"{k}={_show(getattr(new, k))}" for k in sorted(old.changed_knobs(new)))
 
 
 def _describe_change(old: RuntimeConfig, new: RuntimeConfig, knob: Knob) -> str:

@@ -76,6 +76,8 @@ class TuningState(_Frozen):
     history: tuple[HistoryRecord, ...] = ()
     failed_keys: frozenset[str] = frozenset()  # crashed or never ready: never again
     tried_keys: frozenset[str] = frozenset()  # applied before (kept or rolled back): not revisited
+    rolled_back_moves: tuple[str, ...] = ()  # knob settings that did not help, once per rollback (policy.move_key)
+    settled: bool = False  # converged with no cost-saving change left to try
     windows_met: int = 0
     windows_missed: int = 0  # consecutive violations after convergence (hysteresis before retuning)
     cooldown_until_s: float = 0.0

@@ -25,7 +25,7 @@ from slotune.metrics.snapshot import MetricsSnapshot
 from slotune.perfmodel.accelerators import accelerator
 from slotune.perfmodel.deployment import Deployment
 from slotune.perfmodel.model_profile import ModelProfile
-from slotune.policy import Infeasible, PolicyInput, propose, propose_trim
+from slotune.policy import Infeasible, PolicyInput, move_key, propose, propose_trim
 from slotune.slo import SLOSpec
 from slotune.verification import verify
 
@@ -93,11 +93,13 @@ class Tuner:
         return self._save(self._judge(state, snapshot))
 
     def run(self, max_windows: int) -> TuningState:
-        """Step until Converged, Infeasible or Degraded, or `max_windows` windows."""
+        """Step until Converged with nothing left to save, Infeasible or Degraded, or `max_windows` windows."""
         state = self.store.load() or self._start()
         for _ in range(max_windows):
             state = self.step()
-            if state.phase in (Phase.CONVERGED, Phase.INFEASIBLE, Phase.DEGRADED) and state.pending is None:
+            done = state.phase in (Phase.INFEASIBLE, Phase.DEGRADED) or (
+                state.phase is Phase.CONVERGED and state.settled)
+            if done and state.pending is None:
                 break
         return state
 
@@ -121,6 +123,7 @@ class Tuner:
             state = state.evolve(windows_met=met, windows_missed=0, phase=phase, message=message,
                                  diagnosis=self._diagnose(state.current, snapshot).report())
             return self._trim(state, snapshot) if converged else state
+        state = state.evolve(settled=False)
         if state.phase is Phase.CONVERGED and state.windows_missed + 1 < RETUNE_AFTER_MISSED_WINDOWS:
             return state.evolve(windows_missed=state.windows_missed + 1,
                                 message="SLO missed once after convergence; retuning only if it misses again")
@@ -146,10 +149,10 @@ class Tuner:
     def _trim(self, state: TuningState, snapshot: MetricsSnapshot) -> TuningState:
         """Converged: try one cost-saving change (see policy.propose_trim) while budget remains."""
         if state.changes_applied >= self.problem.tuning.max_iterations:
-            return state
+            return state.evolve(settled=True)
         trim = propose_trim(self._policy_input(state, snapshot))
         if trim is None:
-            return state
+            return state.evolve(settled=True)
         pending = PendingChange(config=trim.config, previous=state.current, knob=trim.knob, change=trim.change,
                                 reason=trim.reason, target_metric=trim.target_metric,
                                 target_percentile=trim.target_percentile, trim=True)
@@ -158,7 +161,7 @@ class Tuner:
 
     def _policy_input(self, state: TuningState, snapshot: MetricsSnapshot) -> PolicyInput:
         return PolicyInput(state.current, snapshot, self.problem.slo, self.problem.tuning, self.problem.deployment,
-                           state.failed_keys | state.tried_keys, state.best,
+                           state.failed_keys | state.tried_keys, state.rolled_back_moves, state.best,
                            self.problem.workload)
 
     def _apply_pending(self, state: TuningState) -> TuningState:
@@ -187,7 +190,8 @@ class Tuner:
             entry = self._entry(state, pending, Verdict.KEPT, verdict.reason, snapshot)
             return state.record(entry).evolve(current=pending.config, pending=None, baseline=None), True
         entry = self._entry(state, pending, Verdict.ROLLED_BACK, verdict.reason, snapshot)
-        state = self._restore(state.record(entry).evolve(pending=None, phase=Phase.TUNING,
+        moves = (*state.rolled_back_moves, move_key(pending.previous, pending.config))
+        state = self._restore(state.record(entry).evolve(pending=None, phase=Phase.TUNING, rolled_back_moves=moves,
                                                          message=f"rolled back {pending.change}: {verdict.reason}"),
                               pending.previous)
         if state.phase is Phase.DEGRADED:

@@ -28,7 +28,7 @@ from slotune.knobs import RuntimeConfig
 from slotune.loadgen.runner import RunPlan, run_workload
 from slotune.loadgen.stats import client_snapshot
 from slotune.loadgen.workload import LengthDistribution, WorkloadSpec, plan_requests
-from slotune.metrics.snapshot import MetricsSnapshot
+from slotune.metrics.snapshot import LatencyMetric, MetricsSnapshot
 from slotune.perfmodel import Deployment, ModelProfile, StepMeasurement, StepShape, accelerator, calibrate
 from slotune.simulator import simulate
 
@@ -141,11 +141,11 @@ def compare(deployment: Deployment, case: Case, measured: MetricsSnapshot) -> di
     predicted = simulate(deployment, case.config, plan_requests(case.workload, NUM_REQUESTS, seed=0)).snapshot
     row: dict[str, object] = {"case": case.name, "config": case.config.describe()}
     errors = []
-    for metric in ("ttft", "tpot"):
+    for metric in (LatencyMetric.TTFT, LatencyMetric.TPOT):
         for p in (50, 99):
-            m, s = measured.latency(metric).at(p), predicted.latency(metric).at(p)  # type: ignore[arg-type]
+            m, s = measured.latency(metric).at(p), predicted.latency(metric).at(p)
             error = abs(s - m) / m if m and s is not None else None
-            row[f"{metric}_p{p}"] = {"measured_ms": m, "predicted_ms": s, "error": error}
+            row[f"{metric.value}_p{p}"] = {"measured_ms": m, "predicted_ms": s, "error": error}
             if error is not None:
                 errors.append(error)
     row["max_error"] = max(errors) if errors else None

@@ -117,3 +117,13 @@ def test_calibration_brings_the_cpu_model_closer_to_the_reference_tiny_model_ste
 def test_calibration_needs_enough_measurements():
     with pytest.raises(ValueError, match="at least 3"):
         calibrate(StepTimeModel(LLAMA_8B, accelerator("cpu")), [])
+
+
+def test_steps_that_all_read_the_same_bytes_keep_the_prior_bandwidth_and_fit_a_fixed_cost():
+    # One model's decode steps all stream the same weights: fixed cost and 1/bandwidth cannot be told apart.
+    tiny = StepTimeModel(model_profile("tiny"), accelerator("cpu"))
+    measured = [StepMeasurement(StepShape(num_decode_seqs=b, decode_context_tokens=b * 288), t)
+                for b, t in ((1, 0.0038), (4, 0.0066), (8, 0.0094))]
+    result = calibrate(tiny, measured)
+    assert result.efficiency.bandwidth == tiny.eff.bandwidth
+    assert result.efficiency.step_overhead_s > 0.001  # the per-step cost an eager CPU runtime pays

@@ -19,6 +19,7 @@ from scipy.optimize import least_squares, nnls
 from slotune.perfmodel.roofline import Efficiency, StepShape, StepTimeModel
 
 MAX_ROUNDS = 10
+IDENTIFIABLE_SPREAD = 2.0  # bytes read must vary this much across steps to separate bandwidth from fixed cost
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,13 @@ def calibrate(model: StepTimeModel, measurements: Sequence[StepMeasurement]) -> 
         if np.array_equal(new_bound, memory_bound):
             break
         memory_bound = new_bound
-    eff = _polish(memory, compute, measured, eff)
+    if memory.max() < IDENTIFIABLE_SPREAD * memory.min():
+        # Every step read about the same bytes (one model's weights): a fixed cost and 1/bandwidth are then
+        # collinear, so bandwidth stays at the prior and the fit explains the rest with the fixed cost.
+        eff = replace(eff, bandwidth=model.eff.bandwidth)
+        eff = _polish(memory, compute, measured, eff, hold_bandwidth=True)
+    else:
+        eff = _polish(memory, compute, measured, eff)
     fitted_model = replace(model, efficiency=eff)
     predicted = np.array([fitted_model.step_time_s(m.shape) for m in measurements])
     actual = np.array([m.step_time_s for m in measurements])
@@ -74,16 +81,21 @@ def _solve(memory: np.ndarray, compute: np.ndarray, measured: np.ndarray, memory
     return Efficiency(bandwidth, compute_eff, float(fixed), 0.0)
 
 
-def _polish(memory: np.ndarray, compute: np.ndarray, measured: np.ndarray, start: Efficiency) -> Efficiency:
+def _polish(memory: np.ndarray, compute: np.ndarray, measured: np.ndarray, start: Efficiency,
+            hold_bandwidth: bool = False) -> Efficiency:
     """Relative-error least squares on t = fixed + max(memory * inv_bw, compute * inv_compute)."""
+    held_inv_bw = 1.0 / min(start.bandwidth, 1.0)
+
+    def unpack(x: np.ndarray) -> tuple[float, float, float]:
+        return (x[0], held_inv_bw, x[1]) if hold_bandwidth else (x[0], x[1], x[2])
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        fixed, inv_bw, inv_compute = x
+        fixed, inv_bw, inv_compute = unpack(x)
         return (fixed + np.maximum(memory * inv_bw, compute * inv_compute)) / measured - 1.0
 
-    x0 = np.array([start.step_overhead_s, 1.0 / min(start.bandwidth, 1.0), 1.0 / min(start.compute, 1.0)])
-    upper = np.array([max(measured.max(), x0[0] * 2), 1e3, 1e3])
-    x0 = np.clip(x0, [0.0, 1.0, 1.0], upper)
-    fit = least_squares(residuals, x0, bounds=([0.0, 1.0, 1.0], upper))
-    fixed, inv_bw, inv_compute = fit.x
+    full = np.array([start.step_overhead_s, held_inv_bw, 1.0 / min(start.compute, 1.0)])
+    keep = [0, 2] if hold_bandwidth else [0, 1, 2]
+    lower, upper = np.array([0.0, 1.0, 1.0])[keep], np.array([max(measured.max(), full[0] * 2), 1e3, 1e3])[keep]
+    fit = least_squares(residuals, np.clip(full[keep], lower, upper), bounds=(lower, upper))
+    fixed, inv_bw, inv_compute = unpack(fit.x)
     return Efficiency(1.0 / inv_bw, 1.0 / inv_compute, float(fixed), 0.0)

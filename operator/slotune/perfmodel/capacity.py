@@ -31,16 +31,27 @@ class Load:
 
 
 def effective_batch(deployment: Deployment, config: RuntimeConfig, load: Load, tpot_target_ms: float | None) -> int:
-    """Batch bounded by max_num_seqs, the KV cache and the TPOT target. Prefill work interleaved with decodes
-    stretches every decode by 1 / (1 - prefill share of the replica's time), so the target is scaled by that share."""
-    step = deployment.step_model(config)
+    """Batch bounded by max_num_seqs, the KV cache and the TPOT target (see `mean_step_s`)."""
     context = load.mean_prompt_tokens + load.mean_output_tokens / 2
     batch = max(1, min(config.max_num_seqs, int(deployment.kv_capacity_tokens(config) / max(context, 1.0))))
     if tpot_target_ms is not None:
-        decode_budget_ms = 0.8 * tpot_target_ms * max(0.05, 1.0 - prefill_share(deployment, config, load))
-        while batch > 1 and step.decode_step_s(batch, context) * 1000.0 > decode_budget_ms:
+        while batch > 1 and mean_step_s(deployment, config, load, batch) * 1000.0 > 0.8 * tpot_target_ms:
             batch = batch * 3 // 4
     return batch
+
+
+def mean_step_s(deployment: Deployment, config: RuntimeConfig, load: Load, batch: int) -> float:
+    """Mean time between a sequence's tokens: a replica spends the prefill share p of its time in steps that carry
+    a prompt chunk (max of the chunk's compute and the decode's bandwidth) and the rest in plain decode steps, so
+    steps per second are p / t_mixed + (1 - p) / t_decode."""
+    step = deployment.step_model(config)
+    context = load.mean_prompt_tokens + load.mean_output_tokens / 2
+    decode_s = step.decode_step_s(batch, context)
+    chunk = min(config.max_num_batched_tokens, max(1, round(load.mean_prompt_tokens)))
+    mixed_s = step.step_time_s(StepShape(num_prefill_tokens=chunk, prefill_attention_tokens=chunk * chunk / 2,
+                                         num_decode_seqs=batch, decode_context_tokens=batch * context))
+    share = min(prefill_share(deployment, config, load), 1.0)
+    return 1.0 / (share / mixed_s + (1.0 - share) / decode_s)
 
 
 def prefill_share(deployment: Deployment, config: RuntimeConfig, load: Load) -> float:

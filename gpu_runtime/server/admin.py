@@ -74,12 +74,16 @@ class AdminState:
                            quantization=llm.quantization)
 
 
-def _check_token(state: AdminState, authorization: str | None) -> None:
+def _check_token(state: AdminState, authorization: str | None, admin_token: str | None = None) -> None:
+    """The token comes as `Authorization: Bearer T` or, through the Kubernetes API server's pod proxy (which
+    consumes the Authorization header to authenticate the caller and drops it), as `X-Slotune-Admin-Token: T`."""
     if state.token is None:
         raise APIError(401, "admin API disabled: start the server with --admin-token-file or SLOTUNE_ADMIN_TOKEN",
                        type_="authentication_error", code="admin_disabled")
     scheme, _, presented = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(presented.strip().encode(), state.token.encode()):
+    bearer = presented.strip() if scheme.lower() == "bearer" else None
+    offered = [t for t in (bearer, admin_token) if t]
+    if not any(hmac.compare_digest(t.encode(), state.token.encode()) for t in offered):
         raise APIError(401, "missing or invalid bearer token", type_="authentication_error", code="invalid_token")
 
 
@@ -118,13 +122,15 @@ def build_admin_router(engine: AsyncEngine, state: AdminState) -> APIRouter:
     router = APIRouter()
 
     @router.get("/admin/config")
-    async def get_config(authorization: Annotated[str | None, Header()] = None) -> AdminConfig:
-        _check_token(state, authorization)
+    async def get_config(authorization: Annotated[str | None, Header()] = None,
+                         x_slotune_admin_token: Annotated[str | None, Header()] = None) -> AdminConfig:
+        _check_token(state, authorization, x_slotune_admin_token)
         return state.current(engine)
 
     @router.post("/admin/config")
-    async def post_config(request: Request, authorization: Annotated[str | None, Header()] = None) -> AdminConfig:
-        _check_token(state, authorization)
+    async def post_config(request: Request, authorization: Annotated[str | None, Header()] = None,
+                          x_slotune_admin_token: Annotated[str | None, Header()] = None) -> AdminConfig:
+        _check_token(state, authorization, x_slotune_admin_token)
         current = state.current(engine)
         wanted = await _parse_update(request, current)
         await _apply(engine, current, wanted)

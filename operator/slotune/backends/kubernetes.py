@@ -224,7 +224,8 @@ class KubernetesBackend:
         """POST the hot knobs to one pod, retrying while it does not accept connections yet (a pod turns Ready a
         moment before its address is reachable from everywhere)."""
         name = pod["metadata"]["name"]
-        headers = {"Authorization": f"Bearer {token}"}
+        # The API server's pod proxy drops Authorization after authenticating us; the runtime also reads this one.
+        headers = {"Authorization": f"Bearer {token}", "X-Slotune-Admin-Token": token}
         deadline = time.monotonic() + retry_s
         while True:
             try:

@@ -19,11 +19,18 @@ def admin_server(start_server: Callable[..., RuntimeServer]) -> RuntimeServer:
     return start_server("--max-num-seqs", "8", "--max-num-batched-tokens", "512")
 
 
-@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": ADMIN_TOKEN}])
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": ADMIN_TOKEN},
+                                     {"X-Slotune-Admin-Token": "wrong"}, {"X-Slotune-Admin-Token": ""}])
 def test_admin_needs_the_bearer_token(admin_server: RuntimeServer, headers: dict[str, str]) -> None:
     for method in ("GET", "POST"):
         response = httpx.request(method, f"{admin_server.url}/admin/config", headers=headers, json={"max_num_seqs": 1})
         assert response.status_code == 401 and response.json()["error"]["type"] == "authentication_error"
+
+
+def test_token_header_that_survives_the_api_server_pod_proxy(admin_server: RuntimeServer) -> None:
+    # kube-apiserver consumes Authorization to authenticate the operator and drops it before proxying to the pod.
+    response = httpx.get(f"{admin_server.url}/admin/config", headers={"X-Slotune-Admin-Token": ADMIN_TOKEN})
+    assert response.status_code == 200 and "max_num_seqs" in response.json()
 
 
 def test_get_returns_the_operator_payload_shape(admin_server: RuntimeServer) -> None:

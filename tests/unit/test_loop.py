@@ -64,7 +64,9 @@ def test_state_round_trips_through_json_with_its_samples():
     again = TuningState.from_json(state.to_json())
     assert again == state
     status = again.to_status()
-    assert status.phase is state.phase and status.config == state.current
+    assert status.phase is state.phase and status.config == state.running
+    # While a change is verified, the status shows the config serving (the change), not the one kept before it.
+    assert state.pending is not None and state.pending.applied and status.config == state.pending.config
 
 
 def test_resume_from_a_saved_state_mid_iteration(tmp_path):

@@ -71,8 +71,7 @@ class TuningRun:
         """After a restart: the pods should run what the saved state says is running."""
         if state is None:
             return
-        pending = state.pending
-        self.backend.live = pending.config if pending is not None and pending.applied else state.current
+        self.backend.live = state.running
 
     def health(self) -> Health:
         deployment = self.backend.deployment()

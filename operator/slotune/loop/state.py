@@ -112,7 +112,14 @@ class TuningState(_Frozen):
                                 after=h.after, config=h.config, verdict=h.verdict) for h in self.history]
         return TunedModelStatus(phase=self.phase, slo_met=self.slo_met, message=self.message[:4096],
                                 iteration=self.iteration, observed=self.observed, diagnosis=self.diagnosis,
-                                config=self.current, best_config=self.best, history=history)
+                                config=self.running, best_config=self.best, history=history)
+
+    @property
+    def running(self) -> RuntimeConfig:
+        """The config serving now: a change being verified runs before it is kept (`current` is what is kept)."""
+        if self.pending is not None and self.pending.applied:
+            return self.pending.config
+        return self.current
 
 
 def now_utc() -> datetime:

@@ -403,9 +403,17 @@ def _needs(diagnosis: Diagnosis, given: PolicyInput, closest: RuntimeConfig) -> 
                   factor * given.deployment.accelerator.memory_bandwidth_bytes_per_s]
         found.append(f"an accelerator with {factor:.1f}x the memory bandwidth ({', '.join(faster) or 'none known'}) "
                      f"or tensor parallelism {math.ceil(factor)}")
-        found.append(f"a model at most {given.deployment.model.num_params / factor / 1e9:.1f}B parameters")
+        found.append(f"a model at most {_params(given.deployment.model.num_params / factor)} parameters")
         if not given.tuning.allow_quality_change:
             found.append("allowQualityChange: true, so 8-bit weights can halve the bytes per token")
     if not found:
         found.append("a faster accelerator, more replicas or a smaller model")
     return found
+
+
+def _params(count: float) -> str:
+    """A parameter count as people write it: 7.0B, 350M, 12K."""
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if count >= scale:
+            return f"{count / scale:.1f}{unit}"
+    return f"{count:.0f}"

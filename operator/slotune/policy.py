@@ -178,6 +178,14 @@ def _capacity(given: PolicyInput) -> list[Remedy]:
         remedies.append(Remedy(c.with_changes(max_num_seqs=seqs), Knob.MAX_NUM_SEQS,
                          f"queueing with {running:.1f} of {c.max_num_seqs} running and {waiting:.1f} waiting; the "
                          f"KV cache and the TPOT target allow batches of ~{limit}"))
+        # Smaller steps toward it, tried only once the sized step was rolled back (it broke another target):
+        # the model's limit was optimistic, and the batch that meets every target lies in between.
+        smaller = seqs // 2
+        while smaller >= max(2, int(1.5 * c.max_num_seqs)):
+            remedies.append(Remedy(c.with_changes(max_num_seqs=smaller), Knob.MAX_NUM_SEQS,
+                                   f"queueing with {c.max_num_seqs} running at most; max_num_seqs {seqs} was rolled "
+                                   f"back, so a smaller step"))
+            smaller //= 2
     replicas = _replicas_remedy(given, "queueing: the load needs more replicas")
     if replicas and _needs_more_replicas(given):
         remedies.insert(0, replicas)

@@ -11,7 +11,7 @@ from slotune.knobs import Quantization, RuntimeConfig
 from slotune.loadgen.workload import Profile, WorkloadSpec
 from slotune.metrics.snapshot import LatencyMetric
 from slotune.perfmodel import Deployment
-from slotune.policy import Infeasible, PolicyInput, Proposal, propose, propose_trim
+from slotune.policy import MAX_MOVE_ATTEMPTS, Infeasible, PolicyInput, Proposal, move_key, propose, propose_trim
 from slotune.simulator import simulate_workload
 from slotune.slo import SLOSpec
 from slotune.verification import verify
@@ -51,6 +51,18 @@ def test_a_tried_config_is_never_proposed_again():
     assert isinstance(first, Proposal)
     second = _decide(H100, RuntimeConfig(max_num_seqs=4), CHAT, excluded=frozenset({first.config.key()}))
     assert isinstance(second, Proposal) and second.config != first.config
+
+
+def test_a_rolled_back_batch_step_is_followed_by_a_smaller_one():
+    config = RuntimeConfig(max_num_seqs=4)
+    first = _decide(H100, config, CHAT)
+    assert isinstance(first, Proposal) and first.knob is Knob.MAX_NUM_SEQS
+    snapshot = simulate_workload(H100, config, CHAT, 150, seed=0).snapshot
+    given = PolicyInput(config, snapshot, RELAXED, TUNING, H100, frozenset({first.config.key()}),
+                        (move_key(config, first.config),) * MAX_MOVE_ATTEMPTS, workload=CHAT)
+    second = propose(diagnose(snapshot, config, RELAXED, H100, CHAT), given)
+    assert isinstance(second, Proposal) and second.knob is Knob.MAX_NUM_SEQS
+    assert config.max_num_seqs < second.config.max_num_seqs < first.config.max_num_seqs
 
 
 def test_shared_prefixes_with_caching_off_turn_caching_on():

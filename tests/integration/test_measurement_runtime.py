@@ -29,7 +29,7 @@ import pytest
 from gpu_runtime.checkpoint import build_checkpoint
 from slotune.loadgen.runner import RunPlan, run_workload
 from slotune.loadgen.stats import client_snapshot, request_latencies_ms, summarize
-from slotune.loadgen.workload import WorkloadSpec
+from slotune.loadgen.workload import WorkloadSpec, plan_requests
 from slotune.metrics.names import names_for
 from slotune.metrics.scrape import scrape_snapshot
 from slotune.metrics.snapshot import LatencyMetric, MetricsSnapshot
@@ -161,3 +161,13 @@ def test_unreachable_server_requests_are_counted_as_failures() -> None:
     result = asyncio.run(run_workload(_workload(), plan))
     summary = summarize(result.records, result.duration_s, SLOSpec.model_validate({"ttft": {"p99": 1000}}))
     assert summary.completed == 0 and summary.failed == 5 and summary.slo_attainment == 0.0
+
+
+def test_planned_prompt_lengths_hold_on_the_servers_tokenizer(runtime: str) -> None:
+    # The tiny checkpoint's small BPE vocabulary splits the load generator's words (~1.7 tokens each); the warm-up
+    # measures that and the measured requests are scaled to it.
+    _, records, _ = _run(runtime, num_requests=12, warmup=4)
+    planned = [r.prompt_tokens for r in plan_requests(_workload(), 12, seed=1)]
+    served = [r.prompt_tokens for r in sorted(records, key=lambda r: r.index) if not r.warmup]
+    assert len(served) == len(planned) == 12
+    assert sum(served) == pytest.approx(sum(planned), rel=0.15)

@@ -1,7 +1,9 @@
 """Prompt text for planned requests, and replay of recorded traces.
 
-The client does not know the server's tokenizer, so a prompt of N tokens is N short common words (" the", " of",
-...), which BPE tokenizers encode as about one token each; the server's `usage.prompt_tokens` reports the truth.
+The client does not know the server's tokenizer, so a prompt of N tokens is made of short common words (" the",
+" of", ...), which large BPE vocabularies encode as about one token each; small vocabularies split them. The runner
+measures the server's tokens per word on its warm-up requests (`usage.prompt_tokens`) and scales the word counts, so
+planned lengths hold on any tokenizer.
 Requests of one prefix group start with byte-identical text (seeded by the group) so a prefix cache can hit; every
 request's own suffix starts with a unique marker so prompts never share more than the planned prefix.
 A trace is JSONL, one request per line: `timestamp` (seconds), `prompt` (text) or `prompt_tokens` (a length), and
@@ -11,6 +13,7 @@ A trace is JSONL, one request per line: `timestamp` (seconds), `prompt` (text) o
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,14 +36,27 @@ def words(num_tokens: int, seed: int | tuple[int, ...]) -> str:
     return " ".join(WORDS[i] for i in rng.integers(0, len(WORDS), num_tokens))
 
 
-def prompt_for(request: PlannedRequest, index: int, seed: int = 0) -> str:
+def prompt_for(request: PlannedRequest, index: int, seed: int = 0, tokens_per_word: float = 1.0) -> str:
     """About `request.prompt_tokens` tokens: the group's shared prefix, then a per-request suffix."""
+
+    def num_words(tokens: int) -> int:
+        return max(1, round(tokens / tokens_per_word))
+
     prefix = ""
     if request.prefix_group is not None and request.shared_prefix_tokens > 0:
-        prefix = words(request.shared_prefix_tokens, seed=1_000_003 * (request.prefix_group + 1)) + " "
+        prefix = words(num_words(request.shared_prefix_tokens), seed=1_000_003 * (request.prefix_group + 1)) + " "
     suffix_tokens = max(1, request.prompt_tokens - request.shared_prefix_tokens)
     # Warm-up requests have negative indices and numpy seeds must be non-negative: wrap into uint32.
-    return prefix + f"#{index} " + words(suffix_tokens - 1, seed=(seed % 2**32, index % 2**32))
+    return prefix + f"#{index} " + words(num_words(suffix_tokens) - 1, seed=(seed % 2**32, index % 2**32))
+
+
+def tokens_per_word(planned_tokens: Sequence[int], served_tokens: Sequence[int]) -> float:
+    """The server's tokens per prompt word, from requests sent at one token per word; rounded, so a prefix group
+    keeps one word count (and stays cacheable) across windows."""
+    planned, served = sum(planned_tokens), sum(served_tokens)
+    if planned <= 0 or served <= 0:
+        return 1.0
+    return round(min(max(served / planned, 0.25), 8.0), 1)
 
 
 @dataclass(frozen=True)

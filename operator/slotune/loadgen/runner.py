@@ -20,7 +20,7 @@ import httpx
 from rich.progress import Progress
 
 from slotune.loadgen.client import send_completion
-from slotune.loadgen.prompts import TraceRequest, prompt_for
+from slotune.loadgen.prompts import TraceRequest, prompt_for, tokens_per_word
 from slotune.loadgen.record import RequestRecord
 from slotune.loadgen.workload import PlannedRequest, WorkloadSpec, iter_requests, plan_requests
 
@@ -54,15 +54,17 @@ async def served_model(client: httpx.AsyncClient, url: str) -> str:
 class _Sender:
     """Sends requests round-robin over the URLs and keeps their records."""
 
-    def __init__(self, client: httpx.AsyncClient, plan: RunPlan, model: str, progress: Progress | None) -> None:
+    def __init__(self, client: httpx.AsyncClient, plan: RunPlan, model: str, progress: Progress | None,
+                 tokens_per_word: float = 1.0) -> None:
         self.client, self.plan, self.model, self.progress = client, plan, model, progress
+        self.tokens_per_word = tokens_per_word
         self.records: list[RequestRecord] = []
         self.started = time.perf_counter()
         self._task = progress.add_task("requests", total=plan.num_requests) if progress else None
 
     async def send(self, index: int, request: PlannedRequest, warmup: bool = False, prompt: str | None = None) -> None:
         url = self.plan.urls[index % len(self.plan.urls)]
-        text = prompt_for(request, index, self.plan.seed) if prompt is None else prompt
+        text = prompt_for(request, index, self.plan.seed, self.tokens_per_word) if prompt is None else prompt
         record = await send_completion(
             self.client, url, self.model, text, request.output_tokens, index, time.perf_counter() - self.started,
             request.prompt_tokens, warmup,
@@ -121,10 +123,10 @@ async def run_workload(spec: WorkloadSpec, plan: RunPlan, trace: Sequence[TraceR
     async with httpx.AsyncClient(timeout=plan.timeout_s, limits=limits) as client:
         model = plan.model or await served_model(client, plan.urls[0])
         with Progress(disable=not plan.show_progress, transient=True) as progress:
-            await _warm_up(_Sender(client, plan, model, None), spec, plan, trace)
+            ratio = await _warm_up(_Sender(client, plan, model, None), spec, plan, trace)
             replayed = None if trace is None else trace_window(trace, plan.num_requests, plan.duration_s)
             sender = _Sender(client, plan if replayed is None else replace(plan, num_requests=len(replayed)), model,
-                             progress)
+                             progress, ratio)
             if replayed is not None:
                 await _open_loop(sender, replayed, plan.max_concurrency)
             elif spec.is_closed_loop:
@@ -139,16 +141,20 @@ async def run_workload(spec: WorkloadSpec, plan: RunPlan, trace: Sequence[TraceR
 
 
 async def _warm_up(sender: _Sender, spec: WorkloadSpec, plan: RunPlan, trace: Sequence[TraceRequest] | None
-                   ) -> None:
+                   ) -> float:
     """A few requests before the clock starts: first requests after a cold start are several times slower.
 
+    Returns the server's tokens per prompt word, measured on the generated warm-up prompts (1.0 without any).
     A replay warms up with the trace's own first requests (their lengths, not the profile's).
     """
     if plan.warmup_requests <= 0:
-        return
+        return 1.0
     if trace is not None:
         warmup = list(trace[: plan.warmup_requests])
     else:
         warmup = [TraceRequest(r, None) for r in plan_requests(spec, plan.warmup_requests, seed=plan.seed + 1)]
     await asyncio.gather(*(sender.send(-1 - i, r.planned, warmup=True, prompt=r.prompt)
                            for i, r in enumerate(warmup)))
+    planned = {-1 - i: r.planned.prompt_tokens for i, r in enumerate(warmup) if r.prompt is None}
+    served = [(planned[r.index], r.prompt_tokens) for r in sender.records if r.ok and r.index in planned]
+    return tokens_per_word([p for p, _ in served], [s for _, s in served])

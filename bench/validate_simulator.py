@@ -184,8 +184,8 @@ def render(rows: list[dict[str, object]], calibration: list[dict[str, float]], d
     close = sum(e <= 0.25 for e in errors)
     lines += ["", f"{within} of {len(rows)} configurations within 25% on all four percentiles; {close} of "
               f"{len(errors)} single percentiles within 25%; median error {sorted(errors)[len(errors) // 2]:.0%} "
-              "(target: within 25%). Measurements swing +-30% run to run on these shared 2-core machines "
-              "(reference.md s.9), and other sessions' tests ran at the same time."]
+              f"(target: within 25%). Measurements swing +-30% run to run on these shared 2-core machines "
+              f"(reference.md s.9); 1-minute load average at the end of this run: {os.getloadavg()[0]:.1f}."]
     return "\n".join(lines) + "\n"
 
 

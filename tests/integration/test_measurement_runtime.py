@@ -150,9 +150,11 @@ def test_client_ttft_p99_is_in_the_server_bucket_or_the_next(window: tuple) -> N
     assert client_bucket - server_bucket in (0, 1), (server_bucket, client_bucket)
 
 
-def test_client_ttft_p50_is_never_below_the_server_bucket(window: tuple) -> None:
+def test_client_ttft_p50_is_in_the_server_bucket_or_the_next(window: tuple) -> None:
+    # On a quiet machine the client's TTFT exceeds the server's by 3-4 ms on average (HTTP, SSE, loopback); the
+    # P50 sits in 20 ms buckets. Under heavy foreign load the gap grew to 10-26 ms (seen while other suites ran).
     server_bucket, client_bucket = _ttft_buckets(window, 50)
-    assert client_bucket >= server_bucket, (server_bucket, client_bucket)
+    assert client_bucket - server_bucket in (0, 1), (server_bucket, client_bucket)
 
 
 def test_unreachable_server_requests_are_counted_as_failures() -> None:

@@ -8,77 +8,37 @@ which the summary must count as failed and rejected requests and as SLO violatio
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from PIL import Image
 
-from tests.harness.ports import free_port
+from tests.harness.runtime import RuntimeServer
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 LATENCY_KEYS = ("ttft", "tpot", "itl", "e2el")
 SMALL_REQUESTS = ["--prompt-tokens", "20", "60", "--max-prompt-tokens", "100", "--output-tokens", "6", "12"]
 
 
-def _start_runtime(workdir: Path, *extra: str) -> tuple[subprocess.Popen, str, Path]:
-    port = free_port()
-    log_path = workdir / f"runtime-{port}.log"
-    env = os.environ | {"SLOTUNE_MODEL_CACHE": str(workdir / "models"), "OMP_NUM_THREADS": "1"}
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gpu_runtime", "serve", "--model", "builtin://tiny", "--device", "cpu",
-             "--num-threads", "1", "--port", str(port), *extra],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-        )
-    return process, f"http://127.0.0.1:{port}", log_path
-
-
-def _wait_healthy(url: str, process: subprocess.Popen, log_path: Path, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"runtime exited: {log_path.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise TimeoutError(log_path.read_text()[-3000:])
-
-
-def _stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 @pytest.fixture(scope="module")
 def runtime_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """start(*flags) -> URL of a healthy runtime; every runtime started is stopped at module teardown."""
     workdir = tmp_path_factory.mktemp("bench-runtime")
-    started: list[subprocess.Popen] = []
+    started: list[RuntimeServer] = []
 
     def start(*extra: str) -> str:
-        process, url, log_path = _start_runtime(workdir, *extra)
-        started.append(process)
-        _wait_healthy(url, process, log_path)
-        return url
+        server = RuntimeServer("builtin://tiny", workdir, extra, env={"SLOTUNE_MODEL_CACHE": str(workdir / "models")})
+        started.append(server)
+        return server.url
 
     try:
         yield start
     finally:
-        for process in started:
-            _stop(process)
+        for server in started:
+            server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -15,14 +15,8 @@ drives it, and the same window is read from the server by scraping /metrics befo
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 
@@ -35,6 +29,7 @@ from slotune.metrics.scrape import scrape_snapshot
 from slotune.metrics.snapshot import LatencyMetric, MetricsSnapshot
 from slotune.slo import SLOSpec
 from tests.harness.ports import free_port
+from tests.harness.runtime import RuntimeServer
 
 MODEL = "tiny"
 
@@ -42,39 +37,11 @@ MODEL = "tiny"
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     model_dir = build_checkpoint(tmp_path_factory.mktemp("ckpt"), preset="tiny")
-    port = free_port()
-    log_path = tmp_path_factory.mktemp("log") / "server.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gpu_runtime", "serve", "--model", str(model_dir), "--served-model-name", MODEL,
-             "--port", str(port), "--device", "cpu", "--dtype", "float32", "--num-threads", "1"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=os.environ | {"OMP_NUM_THREADS": "1"},
-        )
-    url = f"http://127.0.0.1:{port}"
+    server = RuntimeServer(model_dir, tmp_path_factory.mktemp("server"), served_model_name=MODEL)
     try:
-        _wait_healthy(url, process, log_path)
-        yield url
+        yield server.url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _wait_healthy(url: str, process: subprocess.Popen, log_path: Path, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"runtime exited: {log_path.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise TimeoutError(log_path.read_text()[-3000:])
+        server.stop()
 
 
 def _workload() -> WorkloadSpec:

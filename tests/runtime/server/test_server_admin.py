@@ -9,7 +9,8 @@ import httpx
 import pytest
 
 from slotune.knobs import RuntimeConfig
-from tests.runtime.server.conftest import ADMIN_TOKEN, MODEL_NAME, RuntimeServer
+from tests.harness.runtime import ADMIN_TOKEN, RuntimeServer
+from tests.runtime.server.conftest import MODEL_NAME
 
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 

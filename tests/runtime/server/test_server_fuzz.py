@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.runtime.server.conftest import MODEL_NAME, RuntimeServer
+from tests.harness.runtime import RuntimeServer
+from tests.runtime.server.conftest import MODEL_NAME
 
 json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12),
                          st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=20))

@@ -12,7 +12,8 @@ import httpx
 import openai
 
 from gpu_runtime.metrics import ITL_BUCKETS_S, TTFT_BUCKETS_S
-from tests.runtime.server.conftest import MODEL_NAME, RuntimeServer
+from tests.harness.runtime import RuntimeServer
+from tests.runtime.server.conftest import MODEL_NAME
 
 NUM_REQUESTS = 6
 OUTPUT_TOKENS = 5

@@ -6,7 +6,8 @@ import httpx
 import openai
 import pytest
 
-from tests.runtime.server.conftest import MODEL_NAME, RuntimeServer
+from tests.harness.runtime import RuntimeServer
+from tests.runtime.server.conftest import MODEL_NAME
 
 
 @pytest.fixture(scope="module")

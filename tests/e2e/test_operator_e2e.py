@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import pytest
 
 from slotune.loadgen.runner import RunPlan, run_workload
 from slotune.loadgen.workload import WorkloadSpec
-from tests.e2e.harness.kube import apply, condition, events, get, wait_for
+from tests.e2e.harness.kube import apply, condition, events, get, install_tunedmodel_crd, scratch_namespace, wait_for
 from tests.e2e.harness.kubelet import KubeletStandIn
 from tests.e2e.harness.operator import OperatorProcess
 
@@ -89,15 +88,9 @@ class Load:
 
 @pytest.fixture
 def namespace(kube) -> Iterator[str]:
-    kube.kubectl("apply", "-f", str(ROOT / "crds" / "tunedmodel.yaml"))
-    wait_for(lambda: kube.kubectl("wait", "--for=condition=Established", "crd/tunedmodels.slotune.io",
-                                  "--timeout=10s", check=False).returncode == 0, 60, "the CRD")
-    name = f"e2e-{uuid.uuid4().hex[:8]}"
-    kube.kubectl("create", "namespace", name)
-    yield name
-    for tm in kube.kubectl("get", "tunedmodels", "-n", name, "-o", "name").stdout.split():
-        kube.kubectl("patch", tm, "-n", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False)
-    kube.kubectl("delete", "namespace", name, "--wait=false")
+    install_tunedmodel_crd(kube)
+    with scratch_namespace(kube, "e2e") as name:
+        yield name
 
 
 @pytest.fixture

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import base64
 import json
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.harness.kube import apply, condition, events, get, wait_for
+from tests.e2e.harness.kube import apply, condition, events, get, install_tunedmodel_crd, scratch_namespace, wait_for
 from tests.e2e.harness.operator import OperatorProcess
 from tests.harness.ports import free_port
 
@@ -37,20 +36,13 @@ def tunedmodel(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def crd(kube) -> None:
-    kube.kubectl("apply", "-f", str(ROOT / "crds" / "tunedmodel.yaml"))
-    wait_for(lambda: kube.kubectl("wait", "--for=condition=Established", "crd/tunedmodels.slotune.io",
-                                  "--timeout=10s", check=False).returncode == 0, 60, "the CRD")
+    install_tunedmodel_crd(kube)
 
 
 @pytest.fixture
 def namespace(kube, crd) -> Iterator[str]:
-    name = f"op-{uuid.uuid4().hex[:8]}"
-    kube.kubectl("create", "namespace", name)
-    yield name
-    # The operator is gone by now: release kopf's finalizers so the namespace can go without it.
-    for tm in kube.kubectl("get", "tunedmodels", "-n", name, "-o", "name").stdout.split():
-        kube.kubectl("patch", tm, "-n", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False)
-    kube.kubectl("delete", "namespace", name, "--wait=false")
+    with scratch_namespace(kube, "op") as name:
+        yield name
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from slotune.backends.kube_api import KubeAPI
 from slotune.backends.kubernetes import KubernetesBackend
 from slotune.controller.settings import OperatorSettings
 from slotune.knobs import KVCacheDtype
-from tests.e2e.harness.kube import apply, get, wait_for
+from tests.e2e.harness.kube import apply, get, install_tunedmodel_crd, scratch_namespace
 from tests.integration.test_operator import tunedmodel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,13 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def namespace(kube) -> Iterator[str]:
-    kube.kubectl("apply", "-f", str(ROOT / "crds" / "tunedmodel.yaml"))
-    wait_for(lambda: kube.kubectl("wait", "--for=condition=Established", "crd/tunedmodels.slotune.io",
-                                  "--timeout=10s", check=False).returncode == 0, 60, "the CRD")
-    name = f"be-{uuid.uuid4().hex[:8]}"
-    kube.kubectl("create", "namespace", name)
-    yield name
-    kube.kubectl("delete", "namespace", name, "--wait=false")
+    install_tunedmodel_crd(kube)
+    with scratch_namespace(kube, "be") as name:
+        yield name
 
 
 def pod_names(kube, namespace: str) -> set[str]:

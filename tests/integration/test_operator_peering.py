@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness.kube import apply, get, wait_for
+from tests.e2e.harness.kube import apply, get, scratch_namespace, wait_for
 from tests.e2e.harness.operator import OperatorProcess
 from tests.integration.test_operator import tunedmodel
 
@@ -45,12 +45,8 @@ def namespace(kube) -> Iterator[str]:
     for crd in ("tunedmodels.slotune.io", "clusterkopfpeerings.kopf.dev", "servicemonitors.monitoring.coreos.com"):
         wait_for(lambda crd=crd: established(kube, crd), 60, crd)
     apply(kube, {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": PEERING}})
-    name = f"peer-{uuid.uuid4().hex[:8]}"
-    kube.kubectl("create", "namespace", name)
-    yield name
-    for tm in kube.kubectl("get", "tunedmodels", "-n", name, "-o", "name").stdout.split():
-        kube.kubectl("patch", tm, "-n", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False)
-    kube.kubectl("delete", "namespace", name, "--wait=false")
+    with scratch_namespace(kube, "peer") as name:
+        yield name
 
 
 def test_two_replicas_elect_one_and_the_active_one_applies_a_service_monitor(kube, namespace, tmp_path) -> None:

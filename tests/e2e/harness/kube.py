@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -43,3 +46,27 @@ def events(kube: Any, namespace: str, name: str) -> list[dict[str, Any]]:
     selector = f"involvedObject.name={name},involvedObject.kind=TunedModel"
     found = kube.kubectl("get", "events", "-n", namespace, "--field-selector", selector, "-o", "json")
     return json.loads(found.stdout)["items"]
+
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def install_tunedmodel_crd(kube: Any) -> None:
+    kube.kubectl("apply", "-f", str(ROOT / "crds" / "tunedmodel.yaml"))
+    wait_for(lambda: kube.kubectl("wait", "--for=condition=Established", "crd/tunedmodels.slotune.io",
+                                  "--timeout=10s", check=False).returncode == 0, 60, "the CRD")
+
+
+@contextmanager
+def scratch_namespace(kube: Any, prefix: str) -> Iterator[str]:
+    """A fresh namespace, deleted afterwards; kopf's finalizers are released first, since the operator that would
+    remove them is gone by then."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    kube.kubectl("create", "namespace", name)
+    try:
+        yield name
+    finally:
+        for tm in kube.kubectl("get", "tunedmodels", "-n", name, "-o", "name", check=False).stdout.split():
+            kube.kubectl("patch", tm, "-n", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
+                         check=False)
+        kube.kubectl("delete", "namespace", name, "--wait=false")

@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-unit cluster bench bench-tuner crds lint images clean-cluster
+.PHONY: demo test test-unit venv deps cluster clean-cluster bench bench-tuner crds lint
 
 $(STAMP): pyproject.toml
 	@command -v python3 >/dev/null || { echo "python3 (>= 3.11) is required"; exit 1; }

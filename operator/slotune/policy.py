@@ -13,7 +13,7 @@ with the closest configuration and what would be needed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from slotune.api.tuning import Knob, TuningSpec
@@ -30,6 +30,7 @@ LOW_BANDWIDTH_BYTES_PER_S = 1e12  # below this, weights dominate decode: quantiz
 SPECULATION_MAX_BATCH = 8  # verification is ~free only while decode stays bandwidth bound
 PRIOR_ACCEPTANCE = 0.5  # per-token acceptance assumed before speculation was ever measured
 MAX_MOVE_ATTEMPTS = 2  # a knob setting rolled back this often is not proposed again (hysteresis)
+BATCH_BINDS_SHARE = 0.5  # mean running sequences at or above this share of max_num_seqs: the limit binds
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class PolicyInput:
     rolled_back_moves: tuple[str, ...] = ()  # see move_key; a move is tried at most MAX_MOVE_ATTEMPTS times
     closest: RuntimeConfig | None = None
     workload: WorkloadSpec | None = None
+    prepared_replicas: int | None = None  # a headroom change was just kept to make this replica count hold
 
 
 def propose(diagnosis: Diagnosis, given: PolicyInput) -> Proposal | Infeasible:
@@ -84,14 +86,37 @@ def propose_trim(given: PolicyInput) -> Proposal | None:
     c, bounds = given.config, given.tuning.bounds
     efficiency = _efficiency(given) if c.replicas > bounds.min_replicas else []
     needed = max(bounds.min_replicas, _replicas_for_load(given, c))
-    fewer = [c.with_changes(replicas=n) for n in dict.fromkeys((needed, c.replicas - 1))
-             if bounds.min_replicas <= n < c.replicas]
-    candidates = [*efficiency, *(Remedy(f, Knob.REPLICAS, "the SLO holds with capacity to spare") for f in fewer)]
+    fewer = [Remedy(c.with_changes(replicas=n), Knob.REPLICAS, "the SLO holds with capacity to spare")
+             for n in dict.fromkeys((needed, c.replicas - 1)) if bounds.min_replicas <= n < c.replicas]
+    candidates = [*efficiency, *fewer]
+    prepared = given.prepared_replicas
+    if prepared is not None and bounds.min_replicas <= prepared < c.replicas:
+        retry = Remedy(c.with_changes(replicas=prepared), Knob.REPLICAS, f"headroom added for {prepared} replicas")
+        candidates = [retry, *candidates]
     target = given.slo.targets()[0]
     for config, knob, why, _ in candidates:
         if _admissible(config, knob, given):
             return Proposal(config, knob, _describe_change(c, config, knob), why, target.metric, target.percentile,
                             trim=True)
+    return None
+
+
+def propose_headroom(diagnosis: Diagnosis, failed: PolicyInput, current: RuntimeConfig) -> Proposal | None:
+    """A trim to fewer replicas broke the SLO. The remedy the failed window calls for at the fewer replicas (`failed`
+    describes that config and window), made here at the current count where the SLO holds, so that the next try at
+    fewer replicas starts with it. Kept only if the SLO still holds, like every trim."""
+    if diagnosis.primary is None:
+        return None
+    here = replace(failed, config=current)
+    target = failed.slo.targets()[0]
+    for config, knob, why, _ in _remedies(diagnosis, failed):
+        if knob is Knob.REPLICAS:
+            continue
+        moved = current.with_changes(**{name: getattr(config, name) for name in failed.config.changed_knobs(config)})
+        if _admissible(moved, knob, here):
+            return Proposal(moved, knob, _describe_change(current, moved, knob),
+                            f"{why} (seen at {failed.config.replicas} replicas, which broke the SLO)", target.metric,
+                            target.percentile, trim=True)
     return None
 
 
@@ -173,7 +198,7 @@ def _capacity(given: PolicyInput) -> list[Remedy]:
     kv_room = (s.kv_cache_usage or 0.0) < 0.85 and s.num_preemptions == 0
     limit = min(capacity.batch_limit(given.deployment, c, _load(given), _tpot_target(given.slo)),
                 given.tuning.bounds.max_num_seqs.max)
-    if kv_room and 1.5 * c.max_num_seqs <= limit:
+    if kv_room and _batch_binds(given) and 1.5 * c.max_num_seqs <= limit:
         seqs = max(min(2 * c.max_num_seqs, limit), _pow2_at_most(limit))
         remedies.append(Remedy(c.with_changes(max_num_seqs=seqs), Knob.MAX_NUM_SEQS,
                          f"queueing with {running:.1f} of {c.max_num_seqs} running and {waiting:.1f} waiting; the "
@@ -195,6 +220,13 @@ def _capacity(given: PolicyInput) -> list[Remedy]:
     budget = _budget_up(given, "a small token budget slows admission")
     remedies += [r for r in (budget, replicas, _enable_prefix_cache(given)) if r]
     return remedies
+
+
+def _batch_binds(given: PolicyInput) -> bool:
+    """Whether max_num_seqs can be what queues requests: the window ran at least half of it on average. Requests
+    waiting while most batch slots stay free wait for something else (prompt compute, whole-prompt prefill steps,
+    bursts), and a larger batch only adds decodes to every step."""
+    return (given.snapshot.num_running_mean or 0.0) >= BATCH_BINDS_SHARE * given.config.max_num_seqs
 
 
 def _prefix_cache(given: PolicyInput) -> list[Remedy]:

@@ -11,7 +11,16 @@ from slotune.knobs import Quantization, RuntimeConfig
 from slotune.loadgen.workload import Profile, WorkloadSpec
 from slotune.metrics.snapshot import LatencyMetric
 from slotune.perfmodel import Deployment
-from slotune.policy import MAX_MOVE_ATTEMPTS, Infeasible, PolicyInput, Proposal, move_key, propose, propose_trim
+from slotune.policy import (
+    MAX_MOVE_ATTEMPTS,
+    Infeasible,
+    PolicyInput,
+    Proposal,
+    move_key,
+    propose,
+    propose_headroom,
+    propose_trim,
+)
 from slotune.simulator import simulate_workload
 from slotune.slo import SLOSpec
 from slotune.verification import verify
@@ -129,6 +138,33 @@ def test_trim_offers_fewer_replicas_once_the_slo_holds_with_room():
     assert RELAXED.is_met(snapshot)
     trim = propose_trim(PolicyInput(config, snapshot, RELAXED, TUNING, H100, workload=light))
     assert trim is not None and trim.trim and trim.config.replicas < 4
+
+
+def test_queueing_with_free_batch_slots_does_not_raise_the_batch_limit():
+    # Bursty long prompts behind whole-prompt prefill steps: requests wait while most of the 8 slots are free.
+    code = WorkloadSpec(profile=Profile.CODE, request_rate_per_s=6)
+    config = RuntimeConfig(max_num_seqs=8, max_num_batched_tokens=16384, enable_chunked_prefill=False)
+    snapshot = simulate_workload(H100, config, code, 150, seed=0).snapshot
+    assert (snapshot.num_running_mean or 0.0) < 0.5 * config.max_num_seqs and (snapshot.num_waiting_mean or 0.0) > 1
+    decision = _decide(H100, config, code)
+    assert isinstance(decision, Proposal) and decision.knob is not Knob.MAX_NUM_SEQS
+
+
+def test_headroom_after_a_failed_trim_is_the_fewer_replicas_remedy_made_at_the_current_count():
+    heavy = WorkloadSpec(profile=Profile.CHAT, request_rate_per_s=60)
+    current, fewer = RuntimeConfig(max_num_seqs=16, replicas=3), RuntimeConfig(max_num_seqs=16, replicas=2)
+    window = simulate_workload(H100, fewer, heavy, 150, seed=0).snapshot
+    assert not RELAXED.is_met(window)
+    failed = PolicyInput(fewer, window, RELAXED, TUNING, H100, workload=heavy)
+    headroom = propose_headroom(diagnose(window, fewer, RELAXED, H100, heavy), failed, current)
+    assert headroom is not None and headroom.trim
+    assert headroom.config.replicas == 3 and headroom.knob is Knob.MAX_NUM_SEQS
+    assert headroom.config.max_num_seqs > 16
+    # Next, the trim retries the replica count the headroom was made for before anything else.
+    kept = PolicyInput(headroom.config, window, RELAXED, TUNING, H100, frozenset({fewer.key()}), workload=heavy,
+                       prepared_replicas=2)
+    retry = propose_trim(kept)
+    assert retry is not None and retry.config == headroom.config.with_changes(replicas=2)
 
 
 # -- verification --------------------------------------------------------------------------------------------------

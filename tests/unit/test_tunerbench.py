@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import pytest
 import yaml
 
 from slotune.tunerbench import command
+from slotune.tunerbench.evaluator import Evaluator
 from slotune.tunerbench.scenario import load_scenarios
 from slotune.tunerbench.space import all_configs
+from slotune.tunerbench.strategies import run_slotune
 
 FEASIBLE = {
     "name": "chat-small", "model": "llama-3.1-8b", "accelerator": "nvidia-h100-80gb",
@@ -61,3 +64,16 @@ def test_bench_runs_every_strategy_and_writes_json_markdown_and_plot(tmp_path):
     assert "| slotune |" in (out / "tuner.md").read_text()
     assert (out / "tuner.png").stat().st_size > 0
     assert body["machine"]["cores"]
+
+
+def test_a_near_miss_replica_trim_gets_headroom_then_the_fewer_replicas_hold():
+    # Committed scenario: 3 -> 2 replicas misses TTFT P99 by ~35% at max_num_seqs 64, and holds at 128.
+    scenario = next(s for s in load_scenarios(Path("bench/scenarios")) if s.name == "prefix-heavy-h100-interactive")
+    trace = run_slotune(Evaluator(scenario), budget=12)
+    assert trace.final is not None and trace.final.replicas == 2
+    configs = [e.config for e in trace.applied]
+    missed = next(i for i, c in enumerate(configs) if c.replicas == 2)
+    headroom, retry = configs[missed + 1], configs[missed + 2]
+    assert headroom.replicas == 3 and headroom.max_num_seqs > configs[missed].max_num_seqs
+    assert retry == headroom.with_changes(replicas=2)
+    assert not trace.applied[missed].met and trace.applied[missed + 2].met

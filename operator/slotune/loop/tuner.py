@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from slotune.api.spec import TunedModelSpec
 from slotune.api.status import DiagnosisReport, Observed, Phase, Verdict
-from slotune.api.tuning import TuningSpec
+from slotune.api.tuning import Knob, TuningSpec
 from slotune.diagnosis import diagnose
 from slotune.knobs import RuntimeConfig
 from slotune.loadgen.workload import WorkloadSpec
@@ -25,11 +25,20 @@ from slotune.metrics.snapshot import MetricsSnapshot
 from slotune.perfmodel.accelerators import accelerator
 from slotune.perfmodel.deployment import Deployment
 from slotune.perfmodel.model_profile import ModelProfile
-from slotune.policy import Infeasible, PolicyInput, move_key, propose, propose_trim
+from slotune.policy import (
+    Infeasible,
+    PolicyInput,
+    Proposal,
+    move_key,
+    propose,
+    propose_headroom,
+    propose_trim,
+)
 from slotune.slo import SLOSpec
 from slotune.verification import verify
 
 RETUNE_AFTER_MISSED_WINDOWS = 2
+HEADROOM_MAX_MISS = 1.5  # fewer replicas that missed the SLO by more than this are not worth one headroom change
 
 
 @dataclass(frozen=True)
@@ -139,9 +148,7 @@ class Tuner:
         if isinstance(decision, Infeasible):
             report = InfeasibleReport(closest=decision.closest, reason=decision.reason, needs=decision.needs)
             return self._give_up(state, report, diagnosis.report("; ".join(decision.needs)))
-        pending = PendingChange(config=decision.config, previous=state.current, knob=decision.knob,
-                                change=decision.change, reason=decision.reason, target_metric=decision.target_metric,
-                                target_percentile=decision.target_percentile)
+        pending = _pending(decision, state.current)
         intent = state.evolve(phase=Phase.TUNING, pending=pending, baseline=snapshot,
                               diagnosis=diagnosis.report(decision.change), message=f"trying {decision.change}")
         return self._apply_pending(self._save(intent))
@@ -151,18 +158,32 @@ class Tuner:
         if state.changes_applied >= self.problem.tuning.max_iterations:
             return state.evolve(settled=True)
         trim = propose_trim(self._policy_input(state, snapshot))
+        state = state.evolve(prepared_replicas=None)  # offered first this once
         if trim is None:
             return state.evolve(settled=True)
-        pending = PendingChange(config=trim.config, previous=state.current, knob=trim.knob, change=trim.change,
-                                reason=trim.reason, target_metric=trim.target_metric,
-                                target_percentile=trim.target_percentile, trim=True)
+        pending = _pending(trim, state.current)
         intent = state.evolve(pending=pending, baseline=snapshot, message=f"SLO holds; saving cost: {trim.change}")
+        return self._apply_pending(self._save(intent))
+
+    def _headroom(self, state: TuningState, fewer: RuntimeConfig, window: MetricsSnapshot) -> TuningState:
+        """Fewer replicas broke the SLO once: make the change that window calls for here, where the SLO holds
+        (see policy.propose_headroom), then try the fewer replicas again. The baseline stays: it is this config's."""
+        near_miss = badness(self.problem.slo, window) <= HEADROOM_MAX_MISS
+        if not near_miss or state.changes_applied >= self.problem.tuning.max_iterations:
+            return state.evolve(baseline=None)
+        failed = replace(self._policy_input(state, window), config=fewer)
+        proposal = propose_headroom(self._diagnose(fewer, window), failed, state.current)
+        if proposal is None:
+            return state.evolve(baseline=None)
+        pending = _pending(proposal, state.current)
+        intent = state.evolve(pending=pending, prepared_replicas=fewer.replicas,
+                              message=f"SLO holds; headroom for {fewer.replicas} replicas: {proposal.change}")
         return self._apply_pending(self._save(intent))
 
     def _policy_input(self, state: TuningState, snapshot: MetricsSnapshot) -> PolicyInput:
         return PolicyInput(state.current, snapshot, self.problem.slo, self.problem.tuning, self.problem.deployment,
                            state.failed_keys | state.tried_keys, state.rolled_back_moves, state.best,
-                           self.problem.workload)
+                           self.problem.workload, state.prepared_replicas)
 
     def _apply_pending(self, state: TuningState) -> TuningState:
         pending = state.pending
@@ -197,8 +218,11 @@ class Tuner:
         if state.phase is Phase.DEGRADED:
             return state, False
         if pending.trim:  # the restored config met the SLO: stay converged, maybe try another saving later
-            return state.evolve(baseline=None, phase=Phase.CONVERGED, message=f"kept {state.current.describe()}: "
-                                f"{pending.change} broke the SLO"), False
+            state = state.evolve(phase=Phase.CONVERGED, message=f"kept {state.current.describe()}: "
+                                 f"{pending.change} broke the SLO")
+            first_miss = pending.knob is Knob.REPLICAS and moves.count(moves[-1]) == 1
+            return (self._headroom(state, pending.config, snapshot) if first_miss else
+                    state.evolve(baseline=None)), False
         # The baseline window still describes the restored config: decide the next change from it right away.
         return self._decide(state.evolve(baseline=None), baseline), False
 
@@ -238,3 +262,7 @@ class Tuner:
         return state
 
 
+def _pending(proposal: Proposal, previous: RuntimeConfig) -> PendingChange:
+    return PendingChange(config=proposal.config, previous=previous, knob=proposal.knob, change=proposal.change,
+                         reason=proposal.reason, target_metric=proposal.target_metric,
+                         target_percentile=proposal.target_percentile, trim=proposal.trim)

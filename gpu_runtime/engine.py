@@ -30,6 +30,7 @@ from gpu_runtime.sequence import RequestTimes, Sequence
 from gpu_runtime.speculative.config import SpecMethod, SpeculativeSettings, parse_speculative_config
 from gpu_runtime.speculative.decoder import SpecCounters, SpeculativeDecoder
 from gpu_runtime.speculative.draft import DraftModelProposer
+from gpu_runtime.step_trace import StepTrace
 from gpu_runtime.tokenizer import IncrementalDetokenizer, Tokenizer
 
 __all__ = [
@@ -128,6 +129,7 @@ class LLMEngine:
         self._num_steps = 0
         self._last_step_num_tokens = 0
         self._generate_ids = itertools.count()
+        self._step_trace = StepTrace.from_env()  # opt-in (GPU_RUNTIME_STEP_TRACE=PATH), off by default
         self._spec: SpeculativeDecoder | None = None
         self._spec_counters = SpecCounters()  # outlives set_speculative: the metrics are monotonic counters
         self.set_speculative(config.speculative)
@@ -244,6 +246,7 @@ class LLMEngine:
 
     # ---- the step -------------------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
+        step_start = time.monotonic()
         outputs, self._pending = self._pending, []
         if self._spec is not None:
             self._spec.propose(self.scheduler.running)
@@ -263,6 +266,8 @@ class LLMEngine:
             outputs.append(self._process_tokens(item.seq, new_tokens, now))
         self._num_steps += 1
         self._last_step_num_tokens = sched.num_batched_tokens
+        if self._step_trace is not None:
+            self._step_trace.record(sched, step_start, time.monotonic())
         return outputs
 
     def _forward_and_sample(self, sched: SchedulerOutput, completing: list[ScheduledSequence]) -> list[list[int]]:

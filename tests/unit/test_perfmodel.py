@@ -19,6 +19,7 @@ from slotune.perfmodel import (
     calibrate,
     model_profile,
 )
+from slotune.perfmodel.calibration import step_trace_measurements
 
 LLAMA_8B = model_profile("llama-3.1-8b")
 IDEAL = Efficiency(bandwidth=1.0, compute=1.0, step_overhead_s=0.0, layer_overhead_s=0.0)
@@ -127,3 +128,87 @@ def test_steps_that_all_read_the_same_bytes_keep_the_prior_bandwidth_and_fit_a_f
     result = calibrate(tiny, measured)
     assert result.efficiency.bandwidth == tiny.eff.bandwidth
     assert result.efficiency.step_overhead_s > 0.001  # the per-step cost an eager CPU runtime pays
+
+
+HOST_TRUTH = Efficiency(bandwidth=0.6, compute=0.45, step_overhead_s=0.002, layer_overhead_s=0.0, seq_overhead_s=4e-4,
+                        prefill_seq_overhead_s=1.5e-3, decode_context_token_s=1e-6, prefill_attention_pair_s=1e-7,
+                        prefill_context_pair_s=3e-7)
+
+
+def _mixed_steps(model: StepTimeModel, rng: np.random.Generator, noise: float) -> list[StepMeasurement]:
+    """Steps of the shapes an engine runs under load: decodes of varied batch and context, fresh and continued
+    prefill chunks, alone and mixed with decodes."""
+    shapes = []
+    for _ in range(300):
+        batch, context = int(rng.integers(0, 17)), float(rng.integers(16, 900))
+        chunk, cached = int(rng.choice([0, 0, 0, int(rng.integers(8, 600))])), int(rng.choice([0, 0, 256]))
+        if batch == 0 and chunk == 0:
+            chunk = 64
+        shapes.append(StepShape(num_prefill_tokens=chunk, prefill_attention_tokens=chunk * (cached + chunk / 2),
+                                num_decode_seqs=batch, decode_context_tokens=batch * context,
+                                num_prefill_seqs=1 if chunk else 0, prefill_context_pairs=chunk * cached))
+    return [StepMeasurement(s, model.step_time_s(s) * (1 + rng.normal(0, noise))) for s in shapes]
+
+
+def test_host_terms_are_zero_on_gpus_so_gpu_step_times_are_the_plain_roofline():
+    for name in ("h100", "a100-80gb", "l4"):
+        eff = Efficiency.prior(accelerator(name))
+        assert (eff.seq_overhead_s, eff.prefill_seq_overhead_s, eff.decode_context_token_s,
+                eff.prefill_attention_pair_s, eff.prefill_context_pair_s) == (0, 0, 0, 0, 0)
+    model = StepTimeModel(LLAMA_8B, accelerator("h100"))
+    shape = StepShape(num_prefill_tokens=512, prefill_attention_tokens=512 * 256, num_decode_seqs=32,
+                      decode_context_tokens=32 * 1000, prefill_context_pairs=0)
+    cost, eff = model.cost(shape), model.eff
+    assert model.step_time_s(shape) == pytest.approx(
+        model.fixed_s() + max(cost.memory_s / eff.bandwidth, cost.compute_s / eff.compute))
+
+
+def test_host_terms_add_per_sequence_per_context_token_and_per_pair_costs():
+    model = StepTimeModel(model_profile("tiny"), accelerator("cpu"), efficiency=HOST_TRUTH)
+    plain = replace(model, efficiency=replace(HOST_TRUTH, seq_overhead_s=0.0, prefill_seq_overhead_s=0.0,
+                                              decode_context_token_s=0.0, prefill_attention_pair_s=0.0,
+                                              prefill_context_pair_s=0.0))
+    extra = model.decode_step_s(8, 300) - plain.decode_step_s(8, 300)
+    assert extra == pytest.approx(8 * (4e-4 + 300 * 1e-6))
+    # 256 new tokens after 256 cached ones: one chunk, its own pairs, and its pairs with the cached context.
+    extra = model.prefill_s(512, cached_tokens=256) - plain.prefill_s(512, cached_tokens=256)
+    assert extra == pytest.approx(4e-4 + 1.5e-3 + 256 * (256 + 128) * 1e-7 + 256 * 256 * 3e-7)
+
+
+def test_calibration_recovers_the_host_terms_from_mixed_steps():
+    true_model = StepTimeModel(model_profile("tiny"), accelerator("cpu"), efficiency=HOST_TRUTH)
+    measured = _mixed_steps(true_model, np.random.default_rng(1), noise=0.03)
+    result = calibrate(StepTimeModel(model_profile("tiny"), accelerator("cpu")), measured)
+    eff = result.efficiency
+    assert eff.seq_overhead_s == pytest.approx(4e-4, rel=0.2)
+    assert eff.prefill_seq_overhead_s == pytest.approx(1.5e-3, rel=0.3)
+    assert eff.decode_context_token_s == pytest.approx(1e-6, rel=0.2)
+    assert eff.prefill_context_pair_s == pytest.approx(3e-7, rel=0.2)
+    assert eff.step_overhead_s == pytest.approx(0.002, rel=0.2)
+    assert result.rms_relative_error < 0.05
+
+
+def test_calibration_without_host_terms_keeps_the_priors_and_fits_worse():
+    true_model = StepTimeModel(model_profile("tiny"), accelerator("cpu"), efficiency=HOST_TRUTH)
+    measured = _mixed_steps(true_model, np.random.default_rng(2), noise=0.03)
+    prior = StepTimeModel(model_profile("tiny"), accelerator("cpu"))
+    plain = calibrate(prior, measured, fit_host_terms=False)
+    full = calibrate(prior, measured)
+    assert plain.efficiency.seq_overhead_s == 0 and plain.efficiency.decode_context_token_s == 0
+    assert plain.rms_relative_error > 3 * full.rms_relative_error
+
+
+def test_step_trace_lines_become_measurements_from_start_to_next_start():
+    def line(start_s: float, end_s: float, prefill: int, decodes: int) -> str:
+        return json.dumps({"start_s": start_s, "end_s": end_s, "num_prefill_tokens": prefill,
+                           "num_prefill_seqs": 1 if prefill else 0, "prefill_attention_tokens": prefill * 40.0,
+                           "prefill_context_pairs": prefill * 8, "num_decode_seqs": decodes,
+                           "decode_context_tokens": decodes * 100, "max_decode_context_tokens": 100})
+
+    lines = [line(0.0, 0.030, 64, 0), line(0.0302, 0.0340, 0, 1), line(0.5, 0.504, 0, 1), line(0.5041, 0.508, 0, 2)]
+    measured = step_trace_measurements(lines)
+    # The second step is followed by an idle wait, so its period is unknown and it is left out; so is the last.
+    assert [round(m.step_time_s, 4) for m in measured] == [0.0302, 0.0041]
+    first = measured[0].shape
+    assert (first.num_prefill_tokens, first.num_prefill_seqs, first.prefill_context_pairs) == (64, 1, 512)
+    assert measured[1].shape.decode_context_tokens == 100

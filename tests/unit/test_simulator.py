@@ -106,3 +106,31 @@ def test_a_request_larger_than_the_kv_cache_is_refused_not_hung():
     result = simulate(H100, RuntimeConfig(), [huge, *normal])
     assert result.snapshot.num_failed_requests == 1
     assert result.snapshot.num_requests == 5
+
+
+def _cpu_tiny(**host: float) -> Deployment:
+    from slotune.perfmodel import Efficiency
+
+    eff = Efficiency(bandwidth=0.6, compute=0.45, step_overhead_s=0.002, layer_overhead_s=0.0, **host)
+    return Deployment(model_profile("tiny"), accelerator("cpu"), efficiency=eff)
+
+
+def test_per_sequence_costs_make_tpot_grow_with_the_batch_as_an_eager_engine_does():
+    requests = [PlannedRequest(0.0, 200, 48, None, 0) for _ in range(8)]
+    host = _cpu_tiny(seq_overhead_s=4e-4, decode_context_token_s=1e-6)
+    for deployment, grows in ((_cpu_tiny(), False), (host, True)):
+        alone = simulate(deployment, RuntimeConfig(max_num_seqs=1), requests[:1]).snapshot.tpot.p50_ms
+        batched = simulate(deployment, RuntimeConfig(max_num_seqs=8), requests).snapshot.tpot.p50_ms
+        assert (batched > 1.5 * alone) is grows, (alone, batched)
+
+
+def test_prefill_after_a_cached_prefix_pays_for_its_pairs_with_the_cached_context():
+    requests = [PlannedRequest(i * 2.0, 600, 4, 0, 400) for i in range(4)]  # one group, far apart: every later hit
+    config = RuntimeConfig(max_num_seqs=4, enable_prefix_caching=True)
+    cheap = simulate(_cpu_tiny(), config, requests).records
+    costly = simulate(_cpu_tiny(prefill_context_pair_s=1e-6), config, requests).records
+    assert all(r.cached_tokens == 400 for r in cheap[1:])
+    first_token_s = [(r.first_token_s - r.arrival_s) for r in cheap], [(r.first_token_s - r.arrival_s) for r in costly]
+    assert first_token_s[1][0] == pytest.approx(first_token_s[0][0])  # a fresh prompt has no earlier context
+    for cheap_s, costly_s in zip(first_token_s[0][1:], first_token_s[1][1:], strict=True):
+        assert costly_s - cheap_s == pytest.approx(200 * 400 * 1e-6, rel=0.01)

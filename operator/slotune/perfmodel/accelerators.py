@@ -29,6 +29,13 @@ class AcceleratorProfile:
     compute_efficiency: float = 0.6
     step_overhead_s: float = 0.0004  # scheduling, sampling, kernel launches per engine step
     layer_overhead_s: float = 0.0  # per decoder layer per step (significant only for eager CPU execution)
+    # Host-side linear terms of the roofline (see slotune.perfmodel.roofline); 0 on GPUs, where they hide under the
+    # bandwidth and launch terms, measured on CPU where the eager engine pays them per sequence and per token.
+    seq_overhead_s: float = 0.0
+    prefill_seq_overhead_s: float = 0.0
+    decode_context_token_s: float = 0.0
+    prefill_attention_pair_s: float = 0.0
+    prefill_context_pair_s: float = 0.0
 
     def peak_flops_per_s(self, weight_bytes_per_param: float) -> float:
         """Peak matmul rate for weights of that width: 8-bit weights use fp8 tensor cores where they exist."""

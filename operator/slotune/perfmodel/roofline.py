@@ -9,6 +9,16 @@ An engine step runs every scheduled token through the model once. Its time is bo
 The step takes the larger of the two at the achieved efficiency, plus a fixed per-step cost and a per-layer cost (on
 CPU eager PyTorch these dominate small models, reference.md s.9), plus tensor-parallel all-reduces (2 per layer,
 ring all-reduce moves 2*(tp-1)/tp of the activations; Megatron-LM, Shoeybi et al. 2019).
+Three linear host-side terms, zero unless calibrated (GPU priors keep them at 0), cover what an eager engine pays
+outside the roofline, as measured from the builtin runtime's step trace on CPU (bench/results/simulator_validation.md):
+a cost per sequence in the step (per-sequence Python bookkeeping, sampling, detokenization, block tables), an extra
+cost per prefill chunk (a chunk's own metadata, and on a shared CPU the HTTP work of the request arriving or leaving
+around it, which the server's event loop does under the same interpreter lock as the engine step), a cost per
+context token of a decoding sequence (its KV blocks are gathered into a padded dense tensor and masked every layer,
+far slower per token than KV bytes at bandwidth), a cost per attended prefill (query, key) pair (CPU attention
+kernels run well below matmul efficiency) and an extra cost per pair whose key is earlier context (a chunk after cached
+or computed tokens gathers them from the paged cache and attends with an explicit mask instead of the fused causal
+kernel: 1.3x-2.2x the step time the other terms predict for such steps in the step trace).
 """
 
 from __future__ import annotations
@@ -35,10 +45,17 @@ class StepShape:
     num_decode_seqs: int = 0
     decode_context_tokens: float = 0.0
     tokens_per_decode_seq: float = 1.0  # 1 + drafted tokens verified per step under speculative decoding
+    num_prefill_seqs: int = 0  # sequences that bring a prefill chunk (0 with prefill tokens: counted as 1)
+    prefill_context_pairs: float = 0.0  # of prefill_attention_tokens, the c * p pairs whose key is earlier context
 
     @property
     def num_tokens(self) -> float:
         return self.num_prefill_tokens + self.num_decode_seqs * self.tokens_per_decode_seq
+
+    @property
+    def num_seqs(self) -> int:
+        prefill_seqs = self.num_prefill_seqs or (1 if self.num_prefill_tokens else 0)
+        return self.num_decode_seqs + prefill_seqs
 
 
 @dataclass(frozen=True)
@@ -49,11 +66,26 @@ class Efficiency:
     compute: float
     step_overhead_s: float
     layer_overhead_s: float
+    seq_overhead_s: float = 0.0  # per sequence in the step
+    prefill_seq_overhead_s: float = 0.0  # extra per sequence that brings a prefill chunk
+    decode_context_token_s: float = 0.0  # per context token attended by a decoding sequence (per verified token)
+    prefill_attention_pair_s: float = 0.0  # per (query, key) pair attended by prefill tokens
+    prefill_context_pair_s: float = 0.0  # extra per pair whose key is earlier context (paged, masked path)
 
     @classmethod
     def prior(cls, accelerator: AcceleratorProfile) -> Efficiency:
         return cls(accelerator.bandwidth_efficiency, accelerator.compute_efficiency, accelerator.step_overhead_s,
-                   accelerator.layer_overhead_s)
+                   accelerator.layer_overhead_s, accelerator.seq_overhead_s, accelerator.prefill_seq_overhead_s,
+                   accelerator.decode_context_token_s, accelerator.prefill_attention_pair_s,
+                   accelerator.prefill_context_pair_s)
+
+    def host_s(self, shape: StepShape) -> float:
+        """The linear host-side terms of one step (see the module docstring)."""
+        return (self.seq_overhead_s * shape.num_seqs
+                + self.prefill_seq_overhead_s * (shape.num_seqs - shape.num_decode_seqs)
+                + self.decode_context_token_s * shape.decode_context_tokens * shape.tokens_per_decode_seq
+                + self.prefill_attention_pair_s * shape.prefill_attention_tokens
+                + self.prefill_context_pair_s * shape.prefill_context_pairs)
 
 
 @dataclass(frozen=True)
@@ -103,7 +135,8 @@ class StepTimeModel:
 
     def step_time_s(self, shape: StepShape) -> float:
         cost, eff = self.cost(shape), self.eff
-        return self.fixed_s() + max(cost.memory_s / eff.bandwidth, cost.compute_s / eff.compute) + cost.comm_s
+        roofline_s = max(cost.memory_s / eff.bandwidth, cost.compute_s / eff.compute)
+        return self.fixed_s() + roofline_s + cost.comm_s + eff.host_s(shape)
 
     def decode_step_s(self, batch: int, mean_context_tokens: float, tokens_per_seq: float = 1.0) -> float:
         """One decode step for `batch` sequences of the given mean context length."""
@@ -116,7 +149,8 @@ class StepTimeModel:
         chunk = chunk_tokens or max(remaining, 1)
         while remaining > 0:
             c = min(chunk, remaining)
-            total += self.step_time_s(StepShape(num_prefill_tokens=c, prefill_attention_tokens=c * (done + c / 2)))
+            total += self.step_time_s(StepShape(num_prefill_tokens=c, prefill_attention_tokens=c * (done + c / 2),
+                                                num_prefill_seqs=1, prefill_context_pairs=c * done))
             remaining, done = remaining - c, done + c
         return total
 

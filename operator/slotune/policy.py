@@ -175,7 +175,9 @@ def _fallbacks(bottleneck: Bottleneck, given: PolicyInput) -> list[Remedy]:
         found.append(Remedy(c.with_changes(max_num_batched_tokens=2 * c.max_num_batched_tokens),
                       Knob.MAX_NUM_BATCHED_TOKENS, "more prompt tokens per step"))
     tpot_target, tpot = _tpot_target(given.slo), s.tpot.p99_ms or 0.0
-    tight = tpot_target is not None and tpot >= 0.8 * tpot_target
+    # TPOT is tight when it is near its target, or when a larger batch was rolled back before (it broke TPOT).
+    batch_failed = any(move.startswith("max_num_seqs=") for move in given.rolled_back_moves)
+    tight = tpot_target is not None and (tpot >= 0.8 * tpot_target or batch_failed)
     if first_token and tight and c.max_num_batched_tokens // 2 >= max(bounds.max_num_batched_tokens.min, 256):
         found.append(Remedy(c.with_changes(max_num_batched_tokens=c.max_num_batched_tokens // 2),
                             Knob.MAX_NUM_BATCHED_TOKENS, "TPOT is near its target: shorter prefill chunks make room "
@@ -218,8 +220,9 @@ def _capacity(given: PolicyInput) -> list[Remedy]:
     if quant and given.deployment.accelerator.memory_bandwidth_bytes_per_s < LOW_BANDWIDTH_BYTES_PER_S:
         remedies.insert(0, quant)
     budget = _budget_up(given, "a small token budget slows admission")
-    remedies += [r for r in (budget, replicas, _enable_prefix_cache(given)) if r]
-    return remedies
+    remedies += [r for r in (budget, replicas) if r]
+    prefix = _enable_prefix_cache(given)  # costs nothing and cuts every request's prefill work: first
+    return [prefix, *remedies] if prefix else remedies
 
 
 def _batch_binds(given: PolicyInput) -> bool:
@@ -398,6 +401,12 @@ def _admissible(config: RuntimeConfig, knob: Knob, given: PolicyInput) -> bool:
 
 def _pow2_at_most(value: float) -> int:
     return 1 << max(0, math.floor(math.log2(max(value, 1.0))))
+
+
+def costs_nothing(old: RuntimeConfig, new: RuntimeConfig) -> bool:
+    """Turning prefix caching on only skips recomputing tokens already in the cache (vLLM V1 enables it by
+    default); every other change trades something away."""
+    return old.changed_knobs(new) == {"enable_prefix_caching"} and new.enable_prefix_caching
 
 
 def move_key(old: RuntimeConfig, new: RuntimeConfig) -> str:

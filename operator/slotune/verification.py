@@ -7,7 +7,8 @@ block bootstrap, Kuensch 1989); resampling single requests would make intervals 
 source has only histograms, the interval is the bucket width around each estimate.
 A change is kept when the interval lies below 1 - MIN_EFFECT (a real improvement) and no other SLO metric or the
 throughput floor got worse beyond tolerance, or when it turned a violated SLO into a met one without breaking
-anything. A/A pairs (the same config twice) rarely show such an interval (tests/unit/test_policy.py measures it).
+anything, or (for a change that costs nothing, like prefix caching) when its estimate improved and nothing got worse.
+A/A pairs (the same config twice) rarely show such an interval (tests/unit/test_policy.py measures it).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def compare(before: LatencySummary, after: LatencySummary, percentile: int, name
 
 
 def verify(before: MetricsSnapshot, after: MetricsSnapshot, target: LatencyMetric, percentile: int, slo: SLOSpec,
-           tolerance: float = TOLERANCE) -> Verification:
+           tolerance: float = TOLERANCE, costs_nothing: bool = False) -> Verification:
     targeted = compare(before.latency(target), after.latency(target), percentile, f"{target.value}_p{percentile}")
     regressions = _regressions(before, after, slo, tolerance, skip=targeted.name)
     met_before, met_after = slo.is_met(before), slo.is_met(after)
@@ -89,6 +90,10 @@ def verify(before: MetricsSnapshot, after: MetricsSnapshot, target: LatencyMetri
     if percentile != 50 and median.improved and tail_moved:
         return Verification(True, f"improved beyond noise at the median: {median.describe()}; "
                             f"{targeted.describe()}", targeted, (), met_after)
+    # A change with no downside (policy.costs_nothing) need not prove itself beyond noise: rolling it back on an
+    # inconclusive window would only throw away work saved, so it stays when its estimate moved the right way.
+    if costs_nothing and (targeted.after_ms or 0.0) < (1.0 - MIN_EFFECT) * (targeted.before_ms or 0.0):
+        return Verification(True, f"costs nothing and not worse: {targeted.describe()}", targeted, (), met_after)
     return Verification(False, f"no improvement beyond noise: {targeted.describe()}", targeted, (), met_after)
 
 

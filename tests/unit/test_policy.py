@@ -3,19 +3,22 @@ config again, Infeasible with what would be needed; A/A windows are not improvem
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from slotune.api.tuning import Knob, KnobBounds, TuningSpec
 from slotune.diagnosis import diagnose
 from slotune.knobs import Quantization, RuntimeConfig
 from slotune.loadgen.workload import Profile, WorkloadSpec
-from slotune.metrics.snapshot import LatencyMetric
+from slotune.metrics.snapshot import LatencyMetric, LatencySummary
 from slotune.perfmodel import Deployment
 from slotune.policy import (
     MAX_MOVE_ATTEMPTS,
     Infeasible,
     PolicyInput,
     Proposal,
+    costs_nothing,
     move_key,
     propose,
     propose_headroom,
@@ -204,6 +207,28 @@ def test_a_regression_of_the_targeted_metric_is_rolled_back():
     after = simulate_workload(H100, RuntimeConfig(max_num_seqs=4), CHAT, 200, seed=1).snapshot
     result = verify(before, after, LatencyMetric.TTFT, 99, RELAXED)
     assert not result.keep and result.targeted.worsened
+
+
+def test_a_change_that_costs_nothing_stays_on_an_inconclusive_improvement_and_others_do_not():
+    before = simulate_workload(H100, RuntimeConfig(max_num_seqs=16), CHAT, 150, seed=0).snapshot
+    # Every sample above the median 15% faster: the p99 moved, though not beyond the noise of one window's tail.
+    median = before.ttft.p50_ms or 0.0
+    faster = [v * 0.85 if v > median else v for v in before.ttft.samples_ms or ()]
+    after = replace(before, ttft=LatencySummary.from_samples(faster))
+    costly = verify(before, after, LatencyMetric.TTFT, 99, RELAXED)
+    assert not costly.keep and not costly.targeted.improved
+    free = verify(before, after, LatencyMetric.TTFT, 99, RELAXED, costs_nothing=True)
+    assert free.keep and "costs nothing" in free.reason
+    worse = replace(before, ttft=LatencySummary.from_samples([v * 1.1 for v in before.ttft.samples_ms or ()]))
+    assert not verify(before, worse, LatencyMetric.TTFT, 99, RELAXED, costs_nothing=True).keep
+
+
+def test_only_turning_prefix_caching_on_costs_nothing():
+    off = RuntimeConfig(enable_prefix_caching=False)
+    assert costs_nothing(off, off.with_changes(enable_prefix_caching=True))
+    assert not costs_nothing(off.with_changes(enable_prefix_caching=True), off)
+    assert not costs_nothing(off, off.with_changes(enable_prefix_caching=True, max_num_seqs=512))
+    assert not costs_nothing(off, off.with_changes(replicas=2))
 
 
 @pytest.mark.parametrize("percentile", [50, 99])

@@ -29,6 +29,7 @@ from slotune.policy import (
     Infeasible,
     PolicyInput,
     Proposal,
+    costs_nothing,
     move_key,
     propose,
     propose_headroom,
@@ -203,7 +204,8 @@ class Tuner:
     def _verify(self, state: TuningState, snapshot: MetricsSnapshot) -> tuple[TuningState, bool]:
         pending, baseline = state.pending, state.baseline
         assert pending is not None and baseline is not None
-        verdict = verify(baseline, snapshot, pending.target_metric, pending.target_percentile, self.problem.slo)
+        verdict = verify(baseline, snapshot, pending.target_metric, pending.target_percentile, self.problem.slo,
+                         costs_nothing=costs_nothing(pending.previous, pending.config))
         if pending.trim:
             met = self.problem.slo.is_met(snapshot)
             verdict = replace(verdict, keep=met, reason="SLO still holds" if met else f"SLO broken: {verdict.reason}")

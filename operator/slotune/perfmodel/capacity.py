@@ -18,6 +18,7 @@ from slotune.perfmodel.deployment import Deployment
 from slotune.perfmodel.roofline import StepShape
 
 TARGET_UTILIZATION = 0.7
+BATCH_STEP_SLACK = 1.25  # a batch may lengthen the mean step this much over batch 1's, whatever the TPOT target
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,10 @@ def effective_batch(deployment: Deployment, config: RuntimeConfig, load: Load, t
     context = load.mean_prompt_tokens + load.mean_output_tokens / 2
     batch = max(1, min(config.max_num_seqs, int(deployment.kv_capacity_tokens(config) / max(context, 1.0))))
     if tpot_target_ms is not None:
-        while batch > 1 and mean_step_s(deployment, config, load, batch) * 1000.0 > 0.8 * tpot_target_ms:
+        # Prefill chunks set a floor under the step that no batch limit removes (the token budget does): bound the
+        # batch only by what it adds to that floor.
+        allowed_s = max(0.8 * tpot_target_ms / 1000.0, BATCH_STEP_SLACK * mean_step_s(deployment, config, load, 1))
+        while batch > 1 and mean_step_s(deployment, config, load, batch) > allowed_s:
             batch = batch * 3 // 4
     return batch
 

@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenarios", type=Path, default=Path("bench/scenarios"), help="folder of *.yaml scenarios")
     parser.add_argument("--out", type=Path, default=Path("bench/results"), help="where tuner.{json,md,png} go")
     parser.add_argument("--budget", type=int, default=12, help="applied configurations per strategy and scenario")
-    parser.add_argument("--seeds", type=int, default=5, help="runs of each stochastic baseline (random, tpe)")
+    parser.add_argument("--seeds", type=int, default=10, help="runs of each stochastic baseline (random, tpe)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     parser.add_argument("--only", default="", help="run only scenarios whose name contains this")
 

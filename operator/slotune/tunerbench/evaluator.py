@@ -43,7 +43,8 @@ class Evaluation:
 class Evaluator:
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
-        self.deployment = scenario.deployment
+        self.deployment = scenario.deployment  # what the tuner is told
+        self.simulated = scenario.simulated_deployment  # what the simulator plays (see HardwareSkew)
         self.requests = plan_requests(scenario.workload, num_requests=scenario.requests_per_window,
                                       seed=scenario.seed)
         self.span_s = max(self.requests[-1].arrival_s - self.requests[0].arrival_s, 1e-9) if self.requests else 1.0
@@ -60,9 +61,9 @@ class Evaluator:
         return self._cache[key]
 
     def _run(self, config: RuntimeConfig) -> Evaluation:
-        if self.deployment.startup_error(config) is not None:
+        if self.simulated.startup_error(config) is not None:
             return Evaluation(config, False, False, 0.0, math.inf, None)
-        result = simulate(self.deployment, config, self.requests, self.scenario.spec_acceptance_rate)
+        result = simulate(self.simulated, config, self.requests, self.scenario.spec_acceptance_rate)
         slo = self.scenario.slo
         met = slo.is_met(result.snapshot)
         good = sum(_meets(r, slo) for r in result.records) / self.span_s / config.replicas

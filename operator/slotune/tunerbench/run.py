@@ -25,6 +25,11 @@ class StrategyResult:
     best_so_far: tuple[float, ...]  # best goodput / oracle after each applied configuration
     final_config: str
 
+    @property
+    def configs_to_near_oracle(self) -> int | None:
+        """Applied configurations until one reached NEAR_ORACLE of the oracle's goodput; None: never."""
+        return next((i + 1 for i, best in enumerate(self.best_so_far) if best >= NEAR_ORACLE), None)
+
 
 @dataclass(frozen=True)
 class ScenarioResult:
@@ -35,8 +40,12 @@ class ScenarioResult:
     start_met: bool
     num_configs_evaluated: int
     results: tuple[StrategyResult, ...]
+    # Fewest RuntimeConfig fields that differ between the start and any SLO-meeting configuration evaluated: what a
+    # strategy changing one knob per step needs at least (a change may set two fields: chunked prefill + budget).
+    fewest_fields_to_slo: int | None = None
 
 
+NEAR_ORACLE = 0.95
 SEEDED = ("random", "tpe")  # stochastic baselines run once per seed; their results pool across seeds
 
 
@@ -54,8 +63,9 @@ def run_scenario(scenario: Scenario, budget: int, strategies: tuple[str, ...] = 
     feasible = oracle.met
     start = evaluator.evaluate(scenario.start)
     results = tuple(_score(t, evaluator, oracle, feasible, start) for t in traces)
+    fewest = min((len(scenario.start.changed_knobs(c)) for c in candidates if evaluator.evaluate(c).met), default=None)
     return ScenarioResult(scenario.name, feasible, oracle.goodput_per_replica, oracle.config.describe(), start.met,
-                          evaluator.num_evaluated, results)
+                          evaluator.num_evaluated, results, fewest)
 
 
 def _score(trace: Trace, evaluator: Evaluator, oracle: Evaluation, feasible: bool,

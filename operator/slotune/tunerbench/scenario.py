@@ -6,6 +6,7 @@ TunedModel API's types (`WorkloadSpec`, `SLOSpec`, `RuntimeConfig`, `TuningSpec`
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -16,7 +17,31 @@ from slotune.api.tuning import TuningSpec
 from slotune.knobs import RuntimeConfig
 from slotune.loadgen.workload import WorkloadSpec
 from slotune.perfmodel.deployment import Deployment
+from slotune.perfmodel.roofline import Efficiency
 from slotune.slo import SLOSpec
+
+
+class HardwareSkew(BaseModel):
+    """How the simulated hardware departs from the accelerator profile slotune prices configurations with.
+
+    The simulator plays the deployment with these multipliers on the profile's efficiencies; the tuner keeps the
+    unskewed priors, as it would facing a real engine that is slower (or faster) than its datasheet says. Without
+    skew the policy's capacity model and the benchmark's ground truth would share one roofline, which flatters it.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+    bandwidth: float = Field(default=1.0, gt=0, le=1.5, description="Multiplier on achieved memory bandwidth.")
+    compute: float = Field(default=1.0, gt=0, le=1.5, description="Multiplier on achieved FLOP/s.")
+    overhead: float = Field(default=1.0, gt=0, le=10, description="Multiplier on fixed per-step costs.")
+
+    def apply(self, deployment: Deployment) -> Deployment:
+        prior = deployment.efficiency or Efficiency.prior(deployment.accelerator)
+        skewed = replace(prior, bandwidth=min(1.0, prior.bandwidth * self.bandwidth),
+                         compute=min(1.0, prior.compute * self.compute),
+                         step_overhead_s=prior.step_overhead_s * self.overhead,
+                         layer_overhead_s=prior.layer_overhead_s * self.overhead)
+        return replace(deployment, efficiency=skewed)
 
 
 class Scenario(BaseModel):
@@ -29,6 +54,8 @@ class Scenario(BaseModel):
     max_model_len: int = Field(default=8192, ge=256)
     workload: WorkloadSpec
     spec_acceptance_rate: float = Field(default=0.5, ge=0, lt=1, description="Per-token draft acceptance.")
+    hardware_skew: HardwareSkew = Field(default=HardwareSkew(), description="The simulated hardware's departure "
+                                        "from the profile the tuner assumes.")
     slo: SLOSpec
     start: RuntimeConfig = Field(description="The deliberately poor starting configuration (replicas included).")
     tuning: TuningSpec = Field(default=TuningSpec())
@@ -38,7 +65,13 @@ class Scenario(BaseModel):
 
     @property
     def deployment(self) -> Deployment:
+        """What the tuner is told: the accelerator's profile with its prior efficiencies."""
         return Deployment.from_names(self.model, self.accelerator, self.tensor_parallel, self.max_model_len)
+
+    @property
+    def simulated_deployment(self) -> Deployment:
+        """What the simulator plays: the same hardware with `hardware_skew` applied."""
+        return self.hardware_skew.apply(self.deployment)
 
 
 def load_scenarios(directory: Path) -> list[Scenario]:

@@ -49,7 +49,7 @@ class _EvaluatedDeployment:
             self.trace.applied.append(evaluation)
             self.trace.regressions += evaluation.score < self.evaluator.evaluate(self.running).score
         if not evaluation.starts:
-            return ApplyResult.failure(self.evaluator.deployment.startup_error(config) or "failed", crashed=True)
+            return ApplyResult.failure(self.evaluator.simulated.startup_error(config) or "failed", crashed=True)
         self.running = config
         return ApplyResult.success()
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from slotune.api.status import Phase, Verdict
-from slotune.api.tuning import KnobBounds, TuningSpec
+from slotune.api.tuning import Knob, KnobBounds, TuningSpec
 from slotune.knobs import RuntimeConfig
 from slotune.loadgen.workload import LengthDistribution, Profile, WorkloadSpec
 from slotune.loop import (
@@ -19,7 +19,8 @@ from slotune.loop import (
     TuningProblem,
     TuningState,
 )
-from slotune.metrics.snapshot import MetricsSnapshot
+from slotune.loop.state import PendingChange
+from slotune.metrics.snapshot import LatencyMetric, MetricsSnapshot
 from slotune.metrics.window import UnavailableReason
 from slotune.perfmodel import Deployment
 from slotune.simulator.backend import SimulatedDeployment
@@ -208,3 +209,13 @@ def test_max_iterations_reached_is_reported_with_the_best_config():
     assert state.changes_applied <= 1
     if state.phase is Phase.INFEASIBLE:
         assert state.infeasible is not None and state.best is not None
+
+
+def test_converged_is_at_rest_only_once_no_cost_saving_change_is_left():
+    state = TuningState.initial(POOR).evolve(phase=Phase.CONVERGED)
+    assert not state.at_rest  # trims (fewer replicas, cheaper replicas) may follow
+    assert state.evolve(settled=True).at_rest
+    assert state.evolve(phase=Phase.INFEASIBLE).at_rest
+    in_flight = PendingChange(config=POOR.with_changes(replicas=2), previous=POOR, knob=Knob.REPLICAS, change="x",
+                              reason="y", target_metric=LatencyMetric.TTFT, target_percentile=99, trim=True)
+    assert not state.evolve(settled=True, pending=in_flight).at_rest

@@ -25,7 +25,6 @@ from slotune.local.view import render
 from slotune.loop import FileStateStore, Tuner, TuningProblem, TuningState
 from slotune.perfmodel.model_profile import ModelProfile
 
-TERMINAL = (Phase.CONVERGED, Phase.INFEASIBLE, Phase.DEGRADED)
 BUILTIN = "builtin://"
 
 
@@ -98,7 +97,7 @@ def _loop(run: LocalRun, max_windows: int, live: Live | None, console: Console) 
     state = run.store.load() or tuner.step()
     name, spec = run.model.metadata.name, run.model.spec
     for _ in range(max_windows):
-        if state.phase in TERMINAL and state.pending is None:
+        if state.at_rest:  # converged replicas are right-sized first (trims), as on Kubernetes
             break
         if spec.tuning.mode is TuningMode.OFF and state.iteration >= 1:
             break

@@ -116,6 +116,13 @@ class TuningState(_Frozen):
                                 config=self.running, best_config=self.best, history=history)
 
     @property
+    def at_rest(self) -> bool:
+        """Nothing left to do until the workload changes: Infeasible or Degraded, or Converged with no cost-saving
+        change left to try, and no change in flight."""
+        done = self.phase in (Phase.INFEASIBLE, Phase.DEGRADED) or (self.phase is Phase.CONVERGED and self.settled)
+        return done and self.pending is None
+
+    @property
     def running(self) -> RuntimeConfig:
         """The config serving now: a change being verified runs before it is kept (`current` is what is kept)."""
         if self.pending is not None and self.pending.applied:

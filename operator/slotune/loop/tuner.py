@@ -107,9 +107,7 @@ class Tuner:
         state = self.store.load() or self._start()
         for _ in range(max_windows):
             state = self.step()
-            done = state.phase in (Phase.INFEASIBLE, Phase.DEGRADED) or (
-                state.phase is Phase.CONVERGED and state.settled)
-            if done and state.pending is None:
+            if state.at_rest:
                 break
         return state
 

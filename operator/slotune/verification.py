@@ -1,14 +1,16 @@
 """Verification of one change: did the targeted metric improve beyond noise, and did nothing else get worse?
 
-The targeted percentile's ratio after / before gets a bootstrap confidence interval (Efron & Tibshirani 1993,
-percentile method) from the two windows' per-request samples. Latencies of neighbouring requests are correlated (they
-queue behind the same burst), so samples are resampled in contiguous blocks of ~sqrt(n) in arrival order (moving
-block bootstrap, Kuensch 1989); resampling single requests would make intervals several times too narrow. Where a
-source has only histograms, the interval is the bucket width around each estimate.
-A change is kept when the interval lies below 1 - MIN_EFFECT (a real improvement) and no other SLO metric or the
-throughput floor got worse beyond tolerance, or when it turned a violated SLO into a met one without breaking
-anything, or (for a change that costs nothing, like prefix caching) when its estimate improved and nothing got worse.
-A/A pairs (the same config twice) rarely show such an interval (tests/unit/test_policy.py measures it).
+With per-request samples (client-side windows, the simulator), the targeted percentile's ratio after / before gets a
+bootstrap confidence interval (Efron & Tibshirani 1993, percentile method). Latencies of neighbouring requests are
+correlated (they queue behind the same burst), so samples are resampled in contiguous blocks of ~sqrt(n) in arrival
+order (moving block bootstrap, Kuensch 1989); resampling single requests would make intervals several times too narrow.
+With histograms only (Prometheus bucket increases, the operator's windows) there is no arrival order to keep, so the
+two windows' bucket counts go through the exact two-sample quantile test of slotune.loadgen.compare (pooled-quantile
+threshold, one-sided Fisher test) at the same one-sided level as the interval, plus the same minimum effect.
+A change is kept when the metric improved beyond noise (interval below 1 - MIN_EFFECT, or the test says better) and
+no other SLO metric or the throughput floor got worse beyond tolerance, or when it turned a violated SLO into a met one
+without breaking anything, or (for a change that costs nothing, like prefix caching) when its estimate improved and
+nothing got worse. A/A pairs (the same config twice) rarely pass (tests/unit/test_policy.py measures both paths).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from slotune.loadgen.compare import Verdict as CompareVerdict
+from slotune.loadgen.compare import compare_histograms
 from slotune.metrics.snapshot import LatencyMetric, LatencySummary, MetricsSnapshot
 from slotune.slo import SLOSpec
 
@@ -31,21 +35,22 @@ class MetricChange:
     name: str
     before_ms: float | None
     after_ms: float | None
-    ratio_low: float  # confidence interval of after / before
+    ratio_low: float  # confidence interval of after / before (nan when a test on histograms decided instead)
     ratio_high: float
+    improved: bool  # faster beyond noise and by at least MIN_EFFECT
+    worsened: bool
+    evidence: str = ""  # how the verdict was reached, when not from the interval
 
-    @property
-    def improved(self) -> bool:
-        return self.ratio_high < 1.0 - MIN_EFFECT
-
-    @property
-    def worsened(self) -> bool:
-        return self.ratio_low > 1.0 + MIN_EFFECT
+    @classmethod
+    def from_interval(cls, name: str, before_ms: float | None, after_ms: float | None, low: float,
+                      high: float) -> MetricChange:
+        return cls(name, before_ms, after_ms, low, high, high < 1.0 - MIN_EFFECT, low > 1.0 + MIN_EFFECT)
 
     def describe(self) -> str:
         before = "n/a" if self.before_ms is None else f"{self.before_ms:.1f}"
         after = "n/a" if self.after_ms is None else f"{self.after_ms:.1f}"
-        return f"{self.name} {before} -> {after} ms (x{self.ratio_low:.2f}..x{self.ratio_high:.2f})"
+        spread = self.evidence or f"x{self.ratio_low:.2f}..x{self.ratio_high:.2f}"
+        return f"{self.name} {before} -> {after} ms ({spread})"
 
 
 @dataclass(frozen=True)
@@ -59,16 +64,23 @@ class Verification:
 
 def compare(before: LatencySummary, after: LatencySummary, percentile: int, name: str,
             seed: int = 0) -> MetricChange:
-    """Confidence interval of after / before at one percentile."""
+    """Did one percentile change beyond noise from `before` to `after`?"""
     b, a = before.at(percentile), after.at(percentile)
     if b is None or a is None or b <= 0:
-        return MetricChange(name, b, a, float("nan"), float("nan"))
+        return MetricChange(name, b, a, float("nan"), float("nan"), False, False)
     if before.samples_ms and after.samples_ms and len(before.samples_ms) > 1 and len(after.samples_ms) > 1:
         low, high = _bootstrap(np.asarray(before.samples_ms), np.asarray(after.samples_ms), percentile, seed)
-        return MetricChange(name, b, a, low, high)
+        return MetricChange.from_interval(name, b, a, low, high)
+    if before.histogram is not None and after.histogram is not None and (
+            before.histogram.upper_s == after.histogram.upper_s):
+        test = compare_histograms(before.histogram, after.histogram, percentile, alpha=(1 - CONFIDENCE) / 2,
+                                  min_relative_change=MIN_EFFECT)
+        p = test.p_better if a < b else test.p_worse  # the p-value of the direction it moved
+        return MetricChange(name, b, a, float("nan"), float("nan"), test.verdict is CompareVerdict.BETTER,
+                            test.verdict is CompareVerdict.WORSE, f"x{a / b:.2f}, quantile test p={p:.3f}")
     b_low, b_high = _bucket_bounds(before, b)
     a_low, a_high = _bucket_bounds(after, a)
-    return MetricChange(name, b, a, a_low / b_high, a_high / max(b_low, 1e-9))
+    return MetricChange.from_interval(name, b, a, a_low / b_high, a_high / max(b_low, 1e-9))
 
 
 def verify(before: MetricsSnapshot, after: MetricsSnapshot, target: LatencyMetric, percentile: int, slo: SLOSpec,

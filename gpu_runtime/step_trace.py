@@ -1,12 +1,12 @@
 """Opt-in per-step trace: one JSON line per engine step with the step's shape and its wall time.
 
-Off by default. With the environment variable GPU_RUNTIME_STEP_TRACE=PATH the engine appends, after each step,
-`{"start_s", "end_s", "num_prefill_tokens", "num_prefill_seqs", "prefill_attention_tokens", "prefill_context_pairs",
-"num_decode_seqs", "decode_context_tokens", "max_decode_context_tokens"}` (monotonic seconds; attention tokens as the
-performance model counts them: a chunk of c tokens after p computed ones attends c * (p + c / 2) positions, c * p of
-them earlier context read from the paged cache). The operator's performance
-model calibrates its step-time coefficients against these lines (slotune.perfmodel.calibration). Pure Python; the
-cost is one short line write per step.
+Off by default. With the environment variable GPU_RUNTIME_STEP_TRACE=PATH the engine appends, after each step, the
+fields of `StepRecord`: start and end (monotonic seconds), prefill tokens and sequences, prefill attention tokens as
+the performance model counts them (a chunk of c tokens after p computed ones attends c * (p + c / 2) positions), the
+c * p of them whose key is earlier context read from the paged cache, new sequences (whose first chunk runs: a
+request's first step), decoding sequences and their context tokens. The operator's performance model calibrates its
+step-time coefficients against these lines (slotune.perfmodel.calibration). Pure Python; the cost is one short line
+write per step.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ class StepRecord:
     num_prefill_seqs: int
     prefill_attention_tokens: float
     prefill_context_pairs: int
+    num_new_seqs: int
     num_decode_seqs: int
     decode_context_tokens: int
     max_decode_context_tokens: int
@@ -37,7 +38,7 @@ class StepRecord:
 def step_record(sched: SchedulerOutput, start_s: float, end_s: float) -> StepRecord:
     """The shape of one scheduled step: a decode computes one generated token (plus drafts), anything else is a
     prefill chunk (a prompt, or a preempted sequence's recompute)."""
-    prefill_tokens = prefill_seqs = context_pairs = decode_seqs = decode_context = max_context = 0
+    prefill_tokens = prefill_seqs = context_pairs = new_seqs = decode_seqs = decode_context = max_context = 0
     attention = 0.0
     for item in sched.scheduled:
         query = item.num_new_tokens - item.num_spec_tokens
@@ -51,8 +52,9 @@ def step_record(sched: SchedulerOutput, start_s: float, end_s: float) -> StepRec
             prefill_tokens += item.num_new_tokens
             attention += item.num_new_tokens * (item.start + item.num_new_tokens / 2)
             context_pairs += item.num_new_tokens * item.start
-    return StepRecord(start_s, end_s, prefill_tokens, prefill_seqs, attention, context_pairs, decode_seqs,
-                      decode_context, max_context)
+            new_seqs += item.start == item.seq.num_cached_tokens  # nothing computed past the cache hit yet
+    return StepRecord(start_s, end_s, prefill_tokens, prefill_seqs, attention, context_pairs, new_seqs,
+                      decode_seqs, decode_context, max_context)
 
 
 class StepTrace:

@@ -34,8 +34,9 @@ def test_trace_records_each_steps_prefill_chunks_and_decodes(nano_llama: Path, t
     assert len(rows) == engine.stats().num_steps
     first, second = rows[0], rows[1]
     assert (first["num_prefill_tokens"], first["num_prefill_seqs"], first["num_decode_seqs"]) == (64, 1, 0)
+    assert first["num_new_seqs"] == 1
     # Next: the other 36 tokens of the long prompt (after 64 computed: context pairs 36 * 64) and the short prompt.
-    assert (second["num_prefill_tokens"], second["num_prefill_seqs"]) == (46, 2)
+    assert (second["num_prefill_tokens"], second["num_prefill_seqs"], second["num_new_seqs"]) == (46, 2, 1)
     assert second["prefill_context_pairs"] == 36 * 64
     assert second["prefill_attention_tokens"] == pytest.approx(36 * (64 + 18) + 10 * 5)
     decodes = rows[2]

@@ -33,6 +33,7 @@ class AcceleratorProfile:
     # bandwidth and launch terms, measured on CPU where the eager engine pays them per sequence and per token.
     seq_overhead_s: float = 0.0
     prefill_seq_overhead_s: float = 0.0
+    new_seq_overhead_s: float = 0.0
     decode_context_token_s: float = 0.0
     prefill_attention_pair_s: float = 0.0
     prefill_context_pair_s: float = 0.0

@@ -1,13 +1,14 @@
 """Refit the roofline's efficiencies, fixed cost and host-side terms from measured step times, by least squares.
 
 The step model is t = fixed + max(memory_s / bandwidth_eff, compute_s / compute_eff) + host terms, each a cost times
-a count of the step (sequences, prefill sequences, decode context tokens, prefill attention pairs, prefill context
-pairs; see `roofline`). For a given assignment of each measured step to its bound regime that is linear in all
-coefficients (fixed, 1/bandwidth_eff, 1/compute_eff, the host costs), so we alternate: assign regimes with the current
-fit, solve the non-negative least-squares problem (scipy's NNLS, Lawson & Hanson 1974), repeat until the assignment
-stops changing. That start is then polished by bounded nonlinear least squares on the max() model itself
-(efficiencies in (0, 1], costs >= 0), minimising relative errors. Measurements come from the runtime's own step
-timings (its opt-in step trace, `GPU_RUNTIME_STEP_TRACE`, one line per step with its shape) or from a benchmark.
+a count of the step (sequences, prefill sequences, new sequences, decode context tokens, prefill attention pairs,
+prefill context pairs; see `roofline`). For a given assignment of each measured step to its bound regime that is
+linear in all coefficients (fixed, 1/bandwidth_eff, 1/compute_eff, the host costs), so we alternate: assign regimes
+with the current fit, solve the non-negative least-squares problem (scipy's NNLS, Lawson & Hanson 1974), repeat
+until the assignment stops changing. That start is then polished by bounded nonlinear least squares on the max()
+model itself (efficiencies in (0, 1], costs >= 0), minimising relative errors. Measurements come from the runtime's
+own step timings (its opt-in step trace, `GPU_RUNTIME_STEP_TRACE`, one line per step with its shape) or from a
+benchmark.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from slotune.perfmodel.roofline import Efficiency, StepShape, StepTimeModel
 
 MAX_ROUNDS = 10
 IDENTIFIABLE_SPREAD = 2.0  # bytes read must vary this much across steps to separate bandwidth from fixed cost
-NUM_HOST_TERMS = 5
+NUM_HOST_TERMS = 6
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class _Features:
 
     memory: np.ndarray
     compute: np.ndarray
-    host: np.ndarray  # [n, 5]: seqs, prefill seqs, decode context tokens, prefill attention and context pairs
+    host: np.ndarray  # [n, 6]: seqs, prefill seqs, new seqs, decode context tokens, prefill attention, context pairs
     measured: np.ndarray  # step time minus the communication term, which calibration does not fit
 
 
@@ -73,6 +74,7 @@ def calibrate(model: StepTimeModel, measurements: Sequence[StepMeasurement],
     if not fit_host_terms:
         prior = model.eff
         eff = replace(eff, seq_overhead_s=prior.seq_overhead_s, prefill_seq_overhead_s=prior.prefill_seq_overhead_s,
+                      new_seq_overhead_s=prior.new_seq_overhead_s,
                       decode_context_token_s=prior.decode_context_token_s,
                       prefill_attention_pair_s=prior.prefill_attention_pair_s,
                       prefill_context_pair_s=prior.prefill_context_pair_s)
@@ -97,7 +99,7 @@ def _features(model: StepTimeModel, measurements: Sequence[StepMeasurement], fit
 
 def _host_terms(shape: StepShape) -> list[float]:
     """The step's counts that the host-side terms multiply, in Efficiency's field order."""
-    return [shape.num_seqs, shape.num_seqs - shape.num_decode_seqs,
+    return [shape.num_seqs, shape.num_seqs - shape.num_decode_seqs, shape.num_new_seqs,
             shape.decode_context_tokens * shape.tokens_per_decode_seq, shape.prefill_attention_tokens,
             shape.prefill_context_pairs]
 
@@ -134,7 +136,7 @@ def _polish(f: _Features, start: Efficiency, hold_bandwidth: bool) -> Efficiency
         return predicted / f.measured - 1.0
 
     full = np.array([start.step_overhead_s, held_inv_bw, 1.0 / min(start.compute, 1.0), start.seq_overhead_s,
-                     start.prefill_seq_overhead_s,
+                     start.prefill_seq_overhead_s, start.new_seq_overhead_s,
                      start.decode_context_token_s, start.prefill_attention_pair_s, start.prefill_context_pair_s])
     upper_fixed = max(f.measured.max(), full[0] * 2)
     lower = np.array([0.0, 1.0, 1.0] + [0.0] * NUM_HOST_TERMS)[keep]
@@ -164,6 +166,7 @@ def step_trace_measurements(lines: Sequence[str]) -> list[StepMeasurement]:
                           num_decode_seqs=int(row["num_decode_seqs"]),
                           decode_context_tokens=float(row["decode_context_tokens"]),
                           num_prefill_seqs=int(row["num_prefill_seqs"]),
-                          prefill_context_pairs=float(row.get("prefill_context_pairs", 0.0)))
+                          prefill_context_pairs=float(row.get("prefill_context_pairs", 0.0)),
+                          num_new_seqs=int(row.get("num_new_seqs", 0)))
         measurements.append(StepMeasurement(shape, following["start_s"] - row["start_s"]))
     return measurements

@@ -12,8 +12,9 @@ ring all-reduce moves 2*(tp-1)/tp of the activations; Megatron-LM, Shoeybi et al
 Three linear host-side terms, zero unless calibrated (GPU priors keep them at 0), cover what an eager engine pays
 outside the roofline, as measured from the builtin runtime's step trace on CPU (bench/results/simulator_validation.md):
 a cost per sequence in the step (per-sequence Python bookkeeping, sampling, detokenization, block tables), an extra
-cost per prefill chunk (a chunk's own metadata, and on a shared CPU the HTTP work of the request arriving or leaving
-around it, which the server's event loop does under the same interpreter lock as the engine step), a cost per
+cost per prefill chunk (its own attention call per layer and metadata), a cost per new request in its first step (on a
+shared CPU the HTTP work of a request arriving, which the server's event loop does under the same interpreter lock as
+the engine step), a cost per
 context token of a decoding sequence (its KV blocks are gathered into a padded dense tensor and masked every layer,
 far slower per token than KV bytes at bandwidth), a cost per attended prefill (query, key) pair (CPU attention
 kernels run well below matmul efficiency) and an extra cost per pair whose key is earlier context (a chunk after cached
@@ -47,6 +48,7 @@ class StepShape:
     tokens_per_decode_seq: float = 1.0  # 1 + drafted tokens verified per step under speculative decoding
     num_prefill_seqs: int = 0  # sequences that bring a prefill chunk (0 with prefill tokens: counted as 1)
     prefill_context_pairs: float = 0.0  # of prefill_attention_tokens, the c * p pairs whose key is earlier context
+    num_new_seqs: int = 0  # sequences whose first prefill chunk runs in this step (requests starting)
 
     @property
     def num_tokens(self) -> float:
@@ -68,6 +70,7 @@ class Efficiency:
     layer_overhead_s: float
     seq_overhead_s: float = 0.0  # per sequence in the step
     prefill_seq_overhead_s: float = 0.0  # extra per sequence that brings a prefill chunk
+    new_seq_overhead_s: float = 0.0  # extra per sequence in its first step
     decode_context_token_s: float = 0.0  # per context token attended by a decoding sequence (per verified token)
     prefill_attention_pair_s: float = 0.0  # per (query, key) pair attended by prefill tokens
     prefill_context_pair_s: float = 0.0  # extra per pair whose key is earlier context (paged, masked path)
@@ -76,13 +79,14 @@ class Efficiency:
     def prior(cls, accelerator: AcceleratorProfile) -> Efficiency:
         return cls(accelerator.bandwidth_efficiency, accelerator.compute_efficiency, accelerator.step_overhead_s,
                    accelerator.layer_overhead_s, accelerator.seq_overhead_s, accelerator.prefill_seq_overhead_s,
-                   accelerator.decode_context_token_s, accelerator.prefill_attention_pair_s,
-                   accelerator.prefill_context_pair_s)
+                   accelerator.new_seq_overhead_s, accelerator.decode_context_token_s,
+                   accelerator.prefill_attention_pair_s, accelerator.prefill_context_pair_s)
 
     def host_s(self, shape: StepShape) -> float:
         """The linear host-side terms of one step (see the module docstring)."""
         return (self.seq_overhead_s * shape.num_seqs
                 + self.prefill_seq_overhead_s * (shape.num_seqs - shape.num_decode_seqs)
+                + self.new_seq_overhead_s * shape.num_new_seqs
                 + self.decode_context_token_s * shape.decode_context_tokens * shape.tokens_per_decode_seq
                 + self.prefill_attention_pair_s * shape.prefill_attention_tokens
                 + self.prefill_context_pair_s * shape.prefill_context_pairs)
@@ -150,7 +154,8 @@ class StepTimeModel:
         while remaining > 0:
             c = min(chunk, remaining)
             total += self.step_time_s(StepShape(num_prefill_tokens=c, prefill_attention_tokens=c * (done + c / 2),
-                                                num_prefill_seqs=1, prefill_context_pairs=c * done))
+                                                num_prefill_seqs=1, prefill_context_pairs=c * done,
+                                                num_new_seqs=1 if done == cached_tokens else 0))
             remaining, done = remaining - c, done + c
         return total
 

@@ -234,7 +234,8 @@ class ReplicaSimulator:
         attention = sum(c * (s.computed + c / 2) for s, c in step.prefill)
         context = sum(s.computed + s.generated for s in step.decode)
         return StepShape(sum(c for _, c in step.prefill), attention, len(step.decode), context,
-                         self.spec.verified_tokens, len(step.prefill), sum(c * s.computed for s, c in step.prefill))
+                         self.spec.verified_tokens, len(step.prefill), sum(c * s.computed for s, c in step.prefill),
+                         sum(1 for s, _ in step.prefill if s.computed == s.cached))
 
     def _repeats(self, step: _Step, step_s: float, next_arrival_s: float) -> int:
         """How many identical decode-only steps can run before anything else could change."""

@@ -86,6 +86,8 @@ def propose_trim(given: PolicyInput) -> Proposal | None:
     c, bounds = given.config, given.tuning.bounds
     efficiency = _efficiency(given) if c.replicas > bounds.min_replicas else []
     needed = max(bounds.min_replicas, _replicas_for_load(given, c))
+    if any(move.startswith("replicas=") for move in given.rolled_back_moves):
+        needed = c.replicas - 1  # the model's count broke the SLO once: step down one replica at a time
     fewer = [Remedy(c.with_changes(replicas=n), Knob.REPLICAS, "the SLO holds with capacity to spare")
              for n in dict.fromkeys((needed, c.replicas - 1)) if bounds.min_replicas <= n < c.replicas]
     candidates = [*efficiency, *fewer]
@@ -169,15 +171,15 @@ def _fallbacks(bottleneck: Bottleneck, given: PolicyInput) -> list[Remedy]:
     c, bounds, s = given.config, given.tuning.bounds, given.snapshot
     first_token = bottleneck in (Bottleneck.CAPACITY, Bottleneck.PREFILL, Bottleneck.PREFIX_CACHE)
     found: list[Remedy] = []
-    if first_token and 2 * c.max_num_seqs <= bounds.max_num_seqs.max and (s.kv_cache_usage or 0.0) < 0.85:
+    roomy = 2 * c.max_num_seqs <= bounds.max_num_seqs.max and (s.kv_cache_usage or 0.0) < 0.85
+    if first_token and roomy and _batch_binds(given):
         found.append(Remedy(c.with_changes(max_num_seqs=2 * c.max_num_seqs), Knob.MAX_NUM_SEQS, "more batch headroom"))
     if first_token and 2 * c.max_num_batched_tokens <= min(bounds.max_num_batched_tokens.max, 8192):
         found.append(Remedy(c.with_changes(max_num_batched_tokens=2 * c.max_num_batched_tokens),
                       Knob.MAX_NUM_BATCHED_TOKENS, "more prompt tokens per step"))
     tpot_target, tpot = _tpot_target(given.slo), s.tpot.p99_ms or 0.0
     # TPOT is tight when it is near its target, or when a larger batch was rolled back before (it broke TPOT).
-    batch_failed = any(move.startswith("max_num_seqs=") for move in given.rolled_back_moves)
-    tight = tpot_target is not None and (tpot >= 0.8 * tpot_target or batch_failed)
+    tight = tpot_target is not None and (tpot >= 0.8 * tpot_target or _batch_failed(given))
     if first_token and tight and c.max_num_batched_tokens // 2 >= max(bounds.max_num_batched_tokens.min, 256):
         found.append(Remedy(c.with_changes(max_num_batched_tokens=c.max_num_batched_tokens // 2),
                             Knob.MAX_NUM_BATCHED_TOKENS, "TPOT is near its target: shorter prefill chunks make room "
@@ -206,9 +208,10 @@ def _capacity(given: PolicyInput) -> list[Remedy]:
                          f"queueing with {running:.1f} of {c.max_num_seqs} running and {waiting:.1f} waiting; the "
                          f"KV cache and the TPOT target allow batches of ~{limit}"))
         # Smaller steps toward it, tried only once the sized step was rolled back (it broke another target):
-        # the model's limit was optimistic, and the batch that meets every target lies in between.
+        # the model's limit was optimistic, and the batch that meets every target lies in between. Not without
+        # chunked prefill: there a larger batch breaks TPOT through whole-prompt stalls, whatever its size.
         smaller = seqs // 2
-        while smaller >= max(2, int(1.5 * c.max_num_seqs)):
+        while c.enable_chunked_prefill and smaller >= max(2, int(1.5 * c.max_num_seqs)):
             remedies.append(Remedy(c.with_changes(max_num_seqs=smaller), Knob.MAX_NUM_SEQS,
                                    f"queueing with {c.max_num_seqs} running at most; max_num_seqs {seqs} was rolled "
                                    f"back, so a smaller step"))
@@ -221,8 +224,17 @@ def _capacity(given: PolicyInput) -> list[Remedy]:
         remedies.insert(0, quant)
     budget = _budget_up(given, "a small token budget slows admission")
     remedies += [r for r in (budget, replicas) if r]
+    chunked = _chunked_prefill(given, "a larger batch broke TPOT: without chunked prefill every admitted prompt "
+                               "stalls all running decodes for its whole prefill", LatencyMetric.TPOT)
+    if chunked and _batch_failed(given):
+        remedies.insert(0, chunked)
     prefix = _enable_prefix_cache(given)  # costs nothing and cuts every request's prefill work: first
     return [prefix, *remedies] if prefix else remedies
+
+
+def _batch_failed(given: PolicyInput) -> bool:
+    """A larger max_num_seqs was tried and rolled back before (it broke another target, typically TPOT)."""
+    return any(move.startswith("max_num_seqs=") for move in given.rolled_back_moves)
 
 
 def _batch_binds(given: PolicyInput) -> bool:
@@ -247,13 +259,19 @@ def _prefill(given: PolicyInput) -> list[Remedy]:
     return remedies
 
 
+def _chunked_prefill(given: PolicyInput, why: str, target: LatencyMetric | None = None) -> Remedy | None:
+    c, bounds = given.config, given.tuning.bounds
+    if c.enable_chunked_prefill:
+        return None
+    budget = max(min(c.max_num_batched_tokens, 2048), bounds.max_num_batched_tokens.min)
+    return Remedy(c.with_changes(enable_chunked_prefill=True, max_num_batched_tokens=budget),
+                  Knob.ENABLE_CHUNKED_PREFILL, why, target)
+
+
 def _interference(given: PolicyInput) -> list[Remedy]:
     c, bounds = given.config, given.tuning.bounds
-    remedies: list[Remedy] = []
-    if not c.enable_chunked_prefill:
-        budget = max(min(c.max_num_batched_tokens, 2048), bounds.max_num_batched_tokens.min)
-        remedies.append(Remedy(c.with_changes(enable_chunked_prefill=True, max_num_batched_tokens=budget),
-                         Knob.ENABLE_CHUNKED_PREFILL, "whole-prompt prefill steps stall every running decode"))
+    chunked = _chunked_prefill(given, "whole-prompt prefill steps stall every running decode")
+    remedies: list[Remedy] = [chunked] if chunked else []
     safe = _budget_cap(given)
     smaller = max(min(c.max_num_batched_tokens // 2, safe), bounds.max_num_batched_tokens.min, 256)
     if smaller < c.max_num_batched_tokens:

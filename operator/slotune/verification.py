@@ -61,6 +61,14 @@ class Verification:
     regressions: tuple[str, ...]
     slo_met_after: bool
 
+    @property
+    def inconclusive(self) -> bool:
+        """Not kept, nothing got worse, and the targeted metric's estimate moved the right way by at least
+        MIN_EFFECT: another window could show the improvement beyond noise."""
+        before, after = self.targeted.before_ms, self.targeted.after_ms
+        moved = before is not None and after is not None and after < (1.0 - MIN_EFFECT) * before
+        return not self.keep and not self.regressions and moved
+
 
 def compare(before: LatencySummary, after: LatencySummary, percentile: int, name: str,
             seed: int = 0) -> MetricChange:
@@ -84,8 +92,14 @@ def compare(before: LatencySummary, after: LatencySummary, percentile: int, name
 
 
 def verify(before: MetricsSnapshot, after: MetricsSnapshot, target: LatencyMetric, percentile: int, slo: SLOSpec,
-           tolerance: float = TOLERANCE, costs_nothing: bool = False) -> Verification:
-    targeted = compare(before.latency(target), after.latency(target), percentile, f"{target.value}_p{percentile}")
+           tolerance: float = TOLERANCE, costs_nothing: bool = False,
+           earlier_after: MetricsSnapshot | None = None) -> Verification:
+    """`earlier_after`: a window of the same change measured before `after` whose verdict was inconclusive; the
+    targeted metric is then tested on both windows pooled (the other metrics and the SLO on `after` alone)."""
+    targeted_after = after.latency(target)
+    if earlier_after is not None:
+        targeted_after = earlier_after.latency(target).pooled(targeted_after)
+    targeted = compare(before.latency(target), targeted_after, percentile, f"{target.value}_p{percentile}")
     regressions = _regressions(before, after, slo, tolerance, skip=targeted.name)
     met_before, met_after = slo.is_met(before), slo.is_met(after)
     if regressions:
@@ -97,7 +111,7 @@ def verify(before: MetricsSnapshot, after: MetricsSnapshot, target: LatencyMetri
     # A tail percentile of one window is a noisy estimator; the median of the same metric moves with it when the
     # whole distribution shifts and is far steadier. Accept a shift proven at the median when the tail's point
     # estimate moved the same way.
-    median = compare(before.latency(target), after.latency(target), 50, f"{target.value}_p50")
+    median = compare(before.latency(target), targeted_after, 50, f"{target.value}_p50")
     tail_moved = (targeted.after_ms or 0.0) < (targeted.before_ms or 0.0)
     if percentile != 50 and median.improved and tail_moved:
         return Verification(True, f"improved beyond noise at the median: {median.describe()}; "

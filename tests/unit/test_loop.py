@@ -219,3 +219,42 @@ def test_converged_is_at_rest_only_once_no_cost_saving_change_is_left():
     in_flight = PendingChange(config=POOR.with_changes(replicas=2), previous=POOR, knob=Knob.REPLICAS, change="x",
                               reason="y", target_metric=LatencyMetric.TTFT, target_percentile=99, trim=True)
     assert not state.evolve(settled=True, pending=in_flight).at_rest
+
+
+def test_a_saving_is_kept_only_after_the_slo_held_over_two_windows():
+    light = WorkloadSpec(profile=Profile.CHAT, request_rate_per_s=4)
+    world = _world(workload=light)
+    start = RuntimeConfig(max_num_seqs=64, replicas=4)
+    tuner = Tuner(_problem(workload=light, start=start), world, world, MemoryStateStore())
+    windows_while_pending: dict[str, int] = {}
+    state = tuner.step()
+    for _ in range(30):
+        if state.at_rest:
+            break
+        before = state.pending.change if state.pending is not None and state.pending.applied else None
+        state = tuner.step()
+        if before is not None:
+            windows_while_pending[before] = windows_while_pending.get(before, 0) + 1
+    kept_trims = [h for h in state.history if h.trim and h.verdict is Verdict.KEPT]
+    assert kept_trims and state.current.replicas < 4
+    assert all(windows_while_pending[h.change] >= 2 for h in kept_trims)
+
+
+def test_an_inconclusive_improvement_gets_one_more_window_then_a_verdict():
+    # A small batch step on a moderately loaded replica: TTFT P99 moves, but one window cannot prove it.
+    world = _world()
+    tuner = Tuner(_problem(start=RuntimeConfig(max_num_seqs=24)), world, world, MemoryStateStore())
+    state = tuner.step()
+    seen_extra = False
+    for _ in range(20):
+        state = tuner.step()
+        if state.first_after is not None:
+            seen_extra = True
+            assert state.pending is not None and "one more window" in state.message
+            resolved = tuner.step()
+            assert resolved.first_after is None and (resolved.pending is None or
+                                                     resolved.pending.change != state.pending.change)
+            break
+        if state.at_rest:
+            break
+    assert seen_extra

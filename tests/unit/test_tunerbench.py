@@ -75,7 +75,6 @@ def test_a_near_miss_replica_trim_gets_headroom_then_the_fewer_replicas_hold():
     # On exactly modelled hardware 3 -> 2 replicas misses TTFT P99 by ~35% at max_num_seqs 64, and holds at 128.
     scenario = Scenario.model_validate(PREFIX_HEAVY)
     trace = run_slotune(Evaluator(scenario), budget=12)
-    assert trace.final is not None and trace.final.replicas == 2
     configs = [e.config for e in trace.applied]
     missed = next(i for i, c in enumerate(configs) if c.replicas == 2)
     headroom, retry = configs[missed + 1], configs[missed + 2]
@@ -97,3 +96,18 @@ def test_hardware_skew_changes_what_is_simulated_but_not_what_the_tuner_is_told(
     assert slow_tpot > 1.3 * fast_tpot
     with pytest.raises(ValueError, match="bandwidth"):
         Scenario.model_validate(FEASIBLE | {"hardwareSkew": {"bandwidth": 0}})
+
+
+def test_a_config_meets_the_slo_only_if_every_scored_window_does_and_later_windows_are_fresh():
+    from slotune.tunerbench.evaluator import SCORED_WINDOWS
+
+    evaluator = Evaluator(Scenario.model_validate(FEASIBLE))
+    config = evaluator.scenario.start.with_changes(max_num_seqs=64, replicas=2)
+    evaluation = evaluator.evaluate(config)
+    windows = [evaluator.window(config, i) for i in range(SCORED_WINDOWS + 1)]
+    assert evaluation.snapshot == windows[0]
+    assert windows[1] != windows[0] and windows[2] != windows[1]  # fresh traffic, not a replay
+    slo = evaluator.scenario.slo
+    assert evaluation.met == all(slo.is_met(w) for w in windows[:SCORED_WINDOWS] if w is not None)
+    assert (evaluation.goodput_per_replica > 0) == evaluation.met
+    assert evaluation.goodput_per_replica <= evaluator.offered_rate_per_s / config.replicas

@@ -73,6 +73,7 @@ class TuningState(_Frozen):
     best_badness: float | None = None  # worst observed/target ratio of the best config's window (<= 1: met)
     baseline: MetricsSnapshot | None = None  # the window the pending change is compared against
     pending: PendingChange | None = None
+    first_after: MetricsSnapshot | None = None  # an inconclusive first window of the pending change (pooled next)
     history: tuple[HistoryRecord, ...] = ()
     failed_keys: frozenset[str] = frozenset()  # crashed or never ready: never again
     tried_keys: frozenset[str] = frozenset()  # applied before (kept or rolled back): not revisited

@@ -143,7 +143,7 @@ class Tuner:
             return self._give_up(state, InfeasibleReport(
                 closest=state.best or state.current, reason=f"maxIterations ({state.changes_applied}) reached",
                 needs=("a larger maxIterations, or the changes listed in the history",)), diagnosis.report())
-        decision = propose(diagnosis, self._policy_input(state, snapshot))
+        decision = propose(diagnosis, self._policy_input(state, snapshot, revisit_kept=True))
         if isinstance(decision, Infeasible):
             report = InfeasibleReport(closest=decision.closest, reason=decision.reason, needs=decision.needs)
             return self._give_up(state, report, diagnosis.report("; ".join(decision.needs)))
@@ -179,10 +179,18 @@ class Tuner:
                               message=f"SLO holds; headroom for {fewer.replicas} replicas: {proposal.change}")
         return self._apply_pending(self._save(intent))
 
-    def _policy_input(self, state: TuningState, snapshot: MetricsSnapshot) -> PolicyInput:
+    def _policy_input(self, state: TuningState, snapshot: MetricsSnapshot, revisit_kept: bool = False) -> PolicyInput:
+        """`revisit_kept`: a fix (not a trim) may give back replicas a kept trim shed (the same config with more
+        replicas, kept before), when the load needs them again; nothing else is revisited, so nothing flaps."""
+        excluded = state.failed_keys | state.tried_keys
+        if revisit_kept:
+            current = state.current
+            excluded -= {h.config.key() for h in state.history if h.verdict is Verdict.KEPT
+                         and h.config.replicas > current.replicas
+                         and h.config == current.with_changes(replicas=h.config.replicas)}
         return PolicyInput(state.current, snapshot, self.problem.slo, self.problem.tuning, self.problem.deployment,
-                           state.failed_keys | state.tried_keys, state.rolled_back_moves, state.best,
-                           self.problem.workload, state.prepared_replicas)
+                           excluded, state.rolled_back_moves, state.best, self.problem.workload,
+                           state.prepared_replicas)
 
     def _apply_pending(self, state: TuningState) -> TuningState:
         pending = state.pending
@@ -203,10 +211,21 @@ class Tuner:
         pending, baseline = state.pending, state.baseline
         assert pending is not None and baseline is not None
         verdict = verify(baseline, snapshot, pending.target_metric, pending.target_percentile, self.problem.slo,
-                         costs_nothing=costs_nothing(pending.previous, pending.config))
+                         costs_nothing=costs_nothing(pending.previous, pending.config), earlier_after=state.first_after)
         if pending.trim:
             met = self.problem.slo.is_met(snapshot)
+            if met and state.first_after is None and self.problem.tuning.convergence_windows > 1:
+                # A saving is kept only if the SLO holds over consecutive windows, as convergence itself requires:
+                # one window that happens to be kind must not shed a replica the next burst needs.
+                return state.evolve(first_after=snapshot, message=(
+                    f"{pending.change}: SLO holds; confirming over one more window")), False
             verdict = replace(verdict, keep=met, reason="SLO still holds" if met else f"SLO broken: {verdict.reason}")
+        elif verdict.inconclusive and state.first_after is None:
+            # One window of a tail percentile is a noisy estimate: a change that moved it the right way, and made
+            # nothing worse, earns one more window before the verdict (both windows pooled).
+            return state.evolve(first_after=snapshot, message=(
+                f"{pending.change}: {verdict.reason}; measuring one more window before deciding")), False
+        state = state.evolve(first_after=None)
         if verdict.keep:
             entry = self._entry(state, pending, Verdict.KEPT, verdict.reason, snapshot)
             return state.record(entry).evolve(current=pending.config, pending=None, baseline=None), True

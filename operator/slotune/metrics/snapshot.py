@@ -7,7 +7,7 @@ source has them, the raw evidence (samples or histogram buckets) so verification
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 import numpy as np
@@ -105,6 +105,21 @@ class LatencySummary:
         mean = None if sum_s is None or total <= 0 else sum_s / total * 1000.0
         return cls(p50_ms=ms(0.5), p95_ms=ms(0.95), p99_ms=ms(0.99), mean_ms=mean, count=round(total),
                    histogram=histogram)
+
+    def pooled(self, other: LatencySummary) -> LatencySummary:
+        """Both windows as one: samples in arrival order (self first), or summed bucket counts; self when the
+        two cannot be pooled (different evidence or bucket bounds)."""
+        if self.samples_ms and other.samples_ms:
+            return LatencySummary.from_samples((*self.samples_ms, *other.samples_ms))
+        mine, theirs = self.histogram, other.histogram
+        if mine is not None and theirs is not None and mine.upper_s == theirs.upper_s:
+            counts = tuple(a + b for a, b in zip(mine.counts, theirs.counts, strict=True))
+            summed = LatencySummary.from_histogram(Histogram(mine.upper_s, counts))
+            total = self.count + other.count
+            known = self.mean_ms is not None and other.mean_ms is not None and total > 0
+            mean = (self.mean_ms * self.count + other.mean_ms * other.count) / total if known else None  # type: ignore[operator]
+            return replace(summed, mean_ms=mean)
+        return self
 
 
 @dataclass(frozen=True)

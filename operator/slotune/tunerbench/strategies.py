@@ -1,6 +1,7 @@
 """The tuning strategies compared, each given the same budget of applied configurations.
 
-- slotune: `slotune.loop.Tuner` against the simulated deployment (diagnose, change one knob, verify).
+- slotune: `slotune.loop.Tuner` against the simulated deployment (diagnose, change one knob, verify); the first
+  window of each applied config is the scored replay, later windows of it are fresh traffic.
 - grid: a coarse sweep of the whole space, as vLLM's auto_tune sweeps max_num_seqs x max_num_batched_tokens: `budget`
   points evenly spaced through the space's product order.
 - random: uniform samples of the space without replacement.
@@ -42,6 +43,7 @@ class _EvaluatedDeployment:
     evaluator: Evaluator
     trace: Trace
     running: RuntimeConfig | None = None
+    windows_measured: dict[str, int] = field(default_factory=dict)  # per config key, across its applications
 
     def apply(self, config: RuntimeConfig) -> ApplyResult:
         evaluation = self.evaluator.evaluate(config)
@@ -59,7 +61,9 @@ class _EvaluatedDeployment:
     def measure(self, window_s: float) -> MetricsSnapshot:
         if self.running is None:
             raise MetricsUnavailable(UnavailableReason.UNREACHABLE, "nothing is running")
-        snapshot = self.evaluator.evaluate(self.running).snapshot
+        index = self.windows_measured.get(self.running.key(), 0)
+        snapshot = self.evaluator.window(self.running, index)
+        self.windows_measured[self.running.key()] = index + 1
         assert snapshot is not None
         return snapshot
 

@@ -19,7 +19,7 @@ from slotune.loop import (
     TuningProblem,
     TuningState,
 )
-from slotune.loop.state import PendingChange
+from slotune.loop.state import HistoryRecord, PendingChange, now_utc
 from slotune.metrics.snapshot import LatencyMetric, MetricsSnapshot
 from slotune.metrics.window import UnavailableReason
 from slotune.perfmodel import Deployment
@@ -258,3 +258,22 @@ def test_an_inconclusive_improvement_gets_one_more_window_then_a_verdict():
         if state.at_rest:
             break
     assert seen_extra
+
+
+def test_a_fix_may_give_back_replicas_a_kept_trim_shed_but_trims_never_revisit():
+    world = _world()
+    tuner = Tuner(_problem(), world, world, MemoryStateStore())
+    three, two = POOR.with_changes(replicas=3), POOR.with_changes(replicas=2)
+    kept = [HistoryRecord(iteration=i, time=now_utc(), knob=Knob.REPLICAS, change="c", reason="r", config=c,
+                          verdict=Verdict.KEPT, trim=c is two) for i, c in enumerate((three, two))]
+    other = POOR.with_changes(max_num_seqs=64, replicas=3)  # kept once too, but not the same config with more replicas
+    kept.append(HistoryRecord(iteration=3, time=now_utc(), knob=Knob.MAX_NUM_SEQS, change="c", reason="r",
+                              config=other, verdict=Verdict.KEPT))
+    state = TuningState.initial(POOR).evolve(current=two, history=tuple(kept),
+                                             tried_keys=frozenset(c.key() for c in (POOR, three, two, other)))
+    world.apply(two)
+    window = world.measure(10)
+    for_fix = tuner._policy_input(state, window, revisit_kept=True).excluded_keys
+    for_trim = tuner._policy_input(state, window).excluded_keys
+    assert three.key() not in for_fix and three.key() in for_trim
+    assert other.key() in for_fix and two.key() in for_fix

@@ -155,6 +155,32 @@ def test_queueing_with_free_batch_slots_does_not_raise_the_batch_limit():
     assert isinstance(decision, Proposal) and decision.knob is not Knob.MAX_NUM_SEQS
 
 
+def test_after_a_sized_trim_failed_replicas_step_down_one_at_a_time():
+    light = WorkloadSpec(profile=Profile.CHAT, request_rate_per_s=2)
+    config = RuntimeConfig(replicas=4)
+    snapshot = simulate_workload(H100, config, light, 100, seed=0).snapshot
+    sized = propose_trim(PolicyInput(config, snapshot, RELAXED, TUNING, H100, workload=light))
+    assert sized is not None and sized.config.replicas < 3  # the capacity model's count, not just one fewer
+    failed = PolicyInput(config, snapshot, RELAXED, TUNING, H100, frozenset({sized.config.key()}),
+                         (move_key(config, sized.config),), workload=light)
+    step = propose_trim(failed)
+    assert step is not None and step.config.replicas == 3
+
+
+def test_a_batch_step_that_broke_tpot_without_chunked_prefill_turns_chunked_prefill_on_first():
+    code = WorkloadSpec(profile=Profile.CODE, request_rate_per_s=6)
+    config = RuntimeConfig(max_num_seqs=8, max_num_batched_tokens=16384, enable_chunked_prefill=False,
+                           enable_prefix_caching=True, replicas=4)
+    snapshot = simulate_workload(H100, config, code, 150, seed=1).snapshot
+    diagnosis = diagnose(snapshot, config, RELAXED, H100, code)
+    bigger = config.with_changes(max_num_seqs=128)
+    given = PolicyInput(config, snapshot, RELAXED, TUNING, H100, frozenset({bigger.key()}),
+                        (move_key(config, bigger),), workload=code)
+    decision = propose(diagnosis, given)
+    assert isinstance(decision, Proposal) and decision.knob is Knob.ENABLE_CHUNKED_PREFILL
+    assert decision.config.max_num_batched_tokens == 2048 and decision.target_metric is LatencyMetric.TPOT
+
+
 def test_headroom_after_a_failed_trim_is_the_fewer_replicas_remedy_made_at_the_current_count():
     heavy = WorkloadSpec(profile=Profile.CHAT, request_rate_per_s=60)
     current, fewer = RuntimeConfig(max_num_seqs=16, replicas=3), RuntimeConfig(max_num_seqs=16, replicas=2)

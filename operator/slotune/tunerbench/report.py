@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from slotune.tunerbench.evaluator import SCORED_WINDOWS
 from slotune.tunerbench.run import ScenarioResult, StrategyResult
 
 STRATEGY_ORDER = ("slotune", "grid", "random", "tpe")
@@ -97,8 +98,10 @@ def render_markdown(results: list[ScenarioResult], summaries: list[Summary], bud
                      f"{s.false_infeasible} |")
     lines += ["", "Configurations count only feasible scenarios; a run that never got there counts as "
               f"{budget + 1}. Baselines cannot declare a scenario infeasible (they only run out of budget). "
-              "Each scenario's simulated hardware is skewed from the profile the tuner prices configurations with "
-              "(bench/scenarios/README.md).", "", *_lower_bound_lines(results), "",
+              "Each scenario's simulated hardware is skewed from the profile the tuner prices configurations with, "
+              f"and a configuration meets the SLO only if it does on all {SCORED_WINDOWS} scored windows of traffic; "
+              "slotune's later measurements of a running configuration are fresh windows (bench/scenarios/README.md).",
+              "", *_lower_bound_lines(results), "",
               "## Per scenario", "",
               "| scenario | feasible | oracle config | oracle goodput/replica (req/s) | fewest fields to change | "
               "slotune to SLO | slotune goodput / oracle | slotune final |", "|---|---|---|---|---|---|---|---|"]

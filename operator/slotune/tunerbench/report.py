@@ -150,7 +150,7 @@ def plot(results: list[ScenarioResult], path: Path, budget: int) -> None:
         if curves:
             ax.plot(range(1, budget + 1), np.mean(curves, axis=0), marker="o", label=name)
     ax.set_xlabel("configurations applied")
-    ax.set_ylabel("best goodput so far / oracle (mean, feasible scenarios)")
+    ax.set_ylabel("best goodput so far / oracle\n(mean over feasible scenarios)")
     ax.set_ylim(0, 1.05)
     ax.grid(alpha=0.3)
     ax.legend()

@@ -1,0 +1,112 @@
+"""Policy: from a diagnosis to the one change to try next, or to Infeasible with what would be needed.
+
+Each bottleneck has an ordered list of remedies (DESIGN.md workflow step 2); the first one the spec allows, within the
+knob bounds, that was never tried before (kept, rolled back or crashed: `excluded_keys`), is proposed with the metric
+it targets and the effect the roofline expects. Never revisiting a config is the hysteresis that stops flapping.
+Steps are sized with the capacity model (replicas a load needs, batch headroom) so few changes reach the SLO.
+Quantization is proposed only when the spec allows quality changes, and before speculation on low-bandwidth
+accelerators; speculation only at low batch and never when its predicted throughput cost breaks the throughput floor.
+When nothing is left, or the roofline puts a target below what any allowed knob can reach, the answer is Infeasible
+with the closest configuration and what would be needed. Once every target holds, `propose_trim` offers cost savings
+(fewer or cheaper replicas) and `propose_headroom` the fix a near-miss trim's window calls for.
+
+Layout: `inputs` (what the policy reads and answers), `remedies` (per bottleneck), `moves` (single-knob steps),
+`sizing` (load, targets, admissibility, naming), `infeasible` (what would be needed); this module decides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from slotune.api.tuning import Knob
+from slotune.diagnosis import Diagnosis
+from slotune.knobs import RuntimeConfig
+from slotune.policy.infeasible import infeasible
+from slotune.policy.inputs import Infeasible, PolicyInput, Proposal, Remedy
+from slotune.policy.moves import budget_cap, enable_prefix_cache, quantize
+from slotune.policy.remedies import percentile_of, remedies_for
+from slotune.policy.sizing import (
+    MAX_MOVE_ATTEMPTS,
+    admissible,
+    costs_nothing,
+    describe_change,
+    move_key,
+    replicas_for_load,
+)
+
+__all__ = ["MAX_MOVE_ATTEMPTS", "Infeasible", "PolicyInput", "Proposal", "costs_nothing", "move_key", "propose",
+           "propose_headroom", "propose_trim"]
+
+
+def propose(diagnosis: Diagnosis, given: PolicyInput) -> Proposal | Infeasible:
+    primary = diagnosis.primary
+    if primary is None:
+        raise ValueError("nothing to propose: the window meets every SLO target")
+    for config, knob, why, target in remedies_for(diagnosis, given):
+        if admissible(config, knob, given):
+            metric = target or primary.target.metric
+            percentile = percentile_of(given.slo, metric, primary.target.percentile) if target else (
+                primary.target.percentile)
+            return Proposal(config, knob, describe_change(given.config, config, knob), why, metric, percentile)
+    return infeasible(diagnosis, given)
+
+
+def propose_trim(given: PolicyInput) -> Proposal | None:
+    """Once every SLO holds: make replicas cheaper (prefix caching, 8-bit weights where allowed), then use fewer of
+    them, down to what the capacity model says the load needs. Each step is kept only if the SLO still holds."""
+    c, bounds = given.config, given.tuning.bounds
+    efficiency = _efficiency(given) if c.replicas > bounds.min_replicas else []
+    needed = max(bounds.min_replicas, replicas_for_load(given, c))
+    if any(move.startswith("replicas=") for move in given.rolled_back_moves):
+        needed = c.replicas - 1  # the model's count broke the SLO once: step down one replica at a time
+    fewer = [Remedy(c.with_changes(replicas=n), Knob.REPLICAS, "the SLO holds with capacity to spare")
+             for n in dict.fromkeys((needed, c.replicas - 1)) if bounds.min_replicas <= n < c.replicas]
+    candidates = [*efficiency, *fewer]
+    prepared = given.prepared_replicas
+    if prepared is not None and bounds.min_replicas <= prepared < c.replicas:
+        retry = Remedy(c.with_changes(replicas=prepared), Knob.REPLICAS, f"headroom added for {prepared} replicas")
+        candidates = [retry, *candidates]
+    target = given.slo.targets()[0]
+    for config, knob, why, _ in candidates:
+        if admissible(config, knob, given):
+            return Proposal(config, knob, describe_change(c, config, knob), why, target.metric, target.percentile,
+                            trim=True)
+    return None
+
+
+def propose_headroom(diagnosis: Diagnosis, failed: PolicyInput, current: RuntimeConfig) -> Proposal | None:
+    """A trim to fewer replicas broke the SLO. The remedy the failed window calls for at the fewer replicas (`failed`
+    describes that config and window), made here at the current count where the SLO holds, so that the next try at
+    fewer replicas starts with it. Kept only if the SLO still holds, like every trim."""
+    if diagnosis.primary is None:
+        return None
+    here = replace(failed, config=current)
+    target = failed.slo.targets()[0]
+    for config, knob, why, _ in remedies_for(diagnosis, failed):
+        if knob is Knob.REPLICAS:
+            continue
+        moved = current.with_changes(**{name: getattr(config, name) for name in failed.config.changed_knobs(config)})
+        if admissible(moved, knob, here):
+            return Proposal(moved, knob, describe_change(current, moved, knob),
+                            f"{why} (seen at {failed.config.replicas} replicas, which broke the SLO)", target.metric,
+                            target.percentile, trim=True)
+    return None
+
+
+def _efficiency(given: PolicyInput) -> list[Remedy]:
+    """Changes that let each replica carry more, so that fewer replicas can follow; gentle steps (x2), since each
+    is kept only if the SLO still holds."""
+    c, s, bounds = given.config, given.snapshot, given.tuning.bounds
+    found = [r for r in (enable_prefix_cache(given),) if r]
+    # With one replica fewer, each remaining replica runs r / (r - 1) times the batch: raise the limit if it would bind.
+    scale = c.replicas / max(c.replicas - 1, 1)
+    binds = (s.num_running_mean or 0.0) * scale >= 0.5 * c.max_num_seqs
+    if binds and (s.kv_cache_usage or 0.0) < 0.85 and 2 * c.max_num_seqs <= bounds.max_num_seqs.max:
+        found.append(Remedy(c.with_changes(max_num_seqs=2 * c.max_num_seqs), Knob.MAX_NUM_SEQS,
+                            "room for larger batches per replica"))
+    budget = min(2 * c.max_num_batched_tokens, bounds.max_num_batched_tokens.max, budget_cap(given))
+    if budget > c.max_num_batched_tokens:
+        found.append(Remedy(c.with_changes(max_num_batched_tokens=budget), Knob.MAX_NUM_BATCHED_TOKENS,
+                            "fewer, larger prefill steps"))
+    quant = quantize(given, "8-bit weights serve more per replica")
+    return found + [r for r in (quant,) if r]

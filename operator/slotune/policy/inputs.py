@@ -1,0 +1,55 @@
+"""What the policy looks at (`PolicyInput`) and what it answers: a `Proposal`, an `Infeasible`, or, inside the
+package, the candidate `Remedy` lists it picks from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from slotune.api.tuning import Knob, TuningSpec
+from slotune.knobs import RuntimeConfig
+from slotune.loadgen.workload import WorkloadSpec
+from slotune.metrics.snapshot import LatencyMetric, MetricsSnapshot
+from slotune.perfmodel.deployment import Deployment
+from slotune.slo import SLOSpec
+
+
+@dataclass(frozen=True)
+class Proposal:
+    config: RuntimeConfig
+    knob: Knob
+    change: str  # e.g. "max_num_seqs 4 -> 64"
+    reason: str
+    target_metric: LatencyMetric
+    target_percentile: int
+    trim: bool = False  # a cost-saving change made while the SLO holds: kept only if it still holds after
+
+
+@dataclass(frozen=True)
+class Infeasible:
+    closest: RuntimeConfig
+    reason: str
+    needs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PolicyInput:
+    """Everything the policy may look at besides the diagnosis."""
+
+    config: RuntimeConfig
+    snapshot: MetricsSnapshot
+    slo: SLOSpec
+    tuning: TuningSpec
+    deployment: Deployment
+    excluded_keys: frozenset[str] = frozenset()
+    rolled_back_moves: tuple[str, ...] = ()  # see move_key; a move is tried at most MAX_MOVE_ATTEMPTS times
+    closest: RuntimeConfig | None = None
+    workload: WorkloadSpec | None = None
+    prepared_replicas: int | None = None  # a headroom change was just kept to make this replica count hold
+
+
+class Remedy(NamedTuple):
+    config: RuntimeConfig
+    knob: Knob
+    why: str
+    target: LatencyMetric | None = None  # the metric it should improve, when not the worst violated one

@@ -1,0 +1,88 @@
+"""Sizing and checks the remedies share: the window's load, the TPOT target, replicas a load needs, whether the batch
+limit binds, whether a config may be proposed at all, and how a change is named."""
+
+from __future__ import annotations
+
+import math
+
+from slotune.api.tuning import Knob
+from slotune.knobs import RuntimeConfig, SpeculativeConfig
+from slotune.perfmodel import capacity
+from slotune.policy.inputs import PolicyInput
+from slotune.slo import SLOSpec
+
+MAX_MOVE_ATTEMPTS = 2  # a knob setting rolled back this often is not proposed again (hysteresis)
+BATCH_BINDS_SHARE = 0.5  # mean running sequences at or above this share of max_num_seqs: the limit binds
+
+
+def load_of(given: PolicyInput) -> capacity.Load:
+    s = given.snapshot
+    shared = 0.0
+    if given.workload is not None and given.workload.shared_prefix_tokens:
+        shared = (given.workload.shared_prefix_share or 0.0) * given.workload.shared_prefix_tokens / max(
+            s.mean_prompt_tokens or 1.0, 1.0)
+    return capacity.Load(s.request_rate_per_s, s.mean_prompt_tokens or 1.0, s.mean_generation_tokens or 1.0, shared)
+
+
+def tpot_target(slo: SLOSpec) -> float | None:
+    return None if slo.tpot is None else min(v for v in (slo.tpot.p50, slo.tpot.p95, slo.tpot.p99) if v)
+
+
+def replicas_for_load(given: PolicyInput, config: RuntimeConfig) -> int:
+    return capacity.replicas_needed(given.deployment, config, load_of(given), tpot_target(given.slo))
+
+
+def max_replicas(given: PolicyInput) -> int:
+    bounds = given.tuning.bounds
+    return bounds.max_replicas if bounds.max_replicas is not None else given.config.replicas
+
+
+def batch_binds(given: PolicyInput) -> bool:
+    """Whether max_num_seqs can be what queues requests: the window ran at least half of it on average. Requests
+    waiting while most batch slots stay free wait for something else (prompt compute, whole-prompt prefill steps,
+    bursts), and a larger batch only adds decodes to every step."""
+    return (given.snapshot.num_running_mean or 0.0) >= BATCH_BINDS_SHARE * given.config.max_num_seqs
+
+
+def batch_failed(given: PolicyInput) -> bool:
+    """A larger max_num_seqs was tried and rolled back before (it broke another target, typically TPOT)."""
+    return any(move.startswith("max_num_seqs=") for move in given.rolled_back_moves)
+
+
+def admissible(config: RuntimeConfig, knob: Knob, given: PolicyInput) -> bool:
+    if knob not in given.tuning.knobs or config == given.config or config.key() in given.excluded_keys:
+        return False
+    if knob is not Knob.REPLICAS and given.rolled_back_moves.count(move_key(given.config, config)) >= \
+            MAX_MOVE_ATTEMPTS:
+        return False
+    error = given.deployment.startup_error(config)
+    return error is None
+
+
+def pow2_at_most(value: float) -> int:
+    return 1 << max(0, math.floor(math.log2(max(value, 1.0))))
+
+
+def costs_nothing(old: RuntimeConfig, new: RuntimeConfig) -> bool:
+    """Turning prefix caching on only skips recomputing tokens already in the cache (vLLM V1 enables it by
+    default); every other change trades something away."""
+    return old.changed_knobs(new) == {"enable_prefix_caching"} and new.enable_prefix_caching
+
+
+def move_key(old: RuntimeConfig, new: RuntimeConfig) -> str:
+    """The knob values a change sets, e.g. 'max_num_batched_tokens=2048', whatever else differs."""
+    return ",".join(f"{k}={show(getattr(new, k))}" for k in sorted(old.changed_knobs(new)))
+
+
+def describe_change(old: RuntimeConfig, new: RuntimeConfig, knob: Knob) -> str:
+    parts = []
+    for name in sorted(old.changed_knobs(new)):
+        before, after = getattr(old, name), getattr(new, name)
+        parts.append(f"{name} {show(before)} -> {show(after)}")
+    return ", ".join(parts) or knob.value
+
+
+def show(value: object) -> str:
+    if isinstance(value, SpeculativeConfig):
+        return f"{value.method.value}x{value.num_speculative_tokens}"
+    return "off" if value is None else str(getattr(value, "value", value))

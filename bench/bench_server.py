@@ -17,7 +17,6 @@ import asyncio
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,12 +25,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import httpx
 import torch
 
 from gpu_runtime.checkpoint import build_checkpoint
 from gpu_runtime.config import EngineConfig, SamplingParams, SchedulerKnobs
 from gpu_runtime.engine import LLMEngine
+from slotune.backends.processes import LaunchSpec, RuntimeProcess
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PROMPT = "Once upon a time there was a small model that wanted to write stories about rivers"
@@ -114,22 +113,14 @@ async def server_run(port: int, pid: int, streams: int, max_tokens: int) -> Run:
     return Run("server", sum(counts), wall_s, total_s, http_cpu_s=total_s - max(deltas))
 
 
-def start_server(model_dir: Path, port: int, streams: int, log_path: Path) -> subprocess.Popen:
-    command = [sys.executable, "-m", "gpu_runtime", "serve", "--model", str(model_dir), "--served-model-name", "tiny",
-               "--port", str(port), "--device", "cpu", "--dtype", "float32", "--num-threads", "1",
-               "--max-num-seqs", str(streams)]
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                   env=os.environ | {"OMP_NUM_THREADS": "1"})
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    process.kill()
-    raise RuntimeError(f"server did not start: {log_path.read_text()[-2000:]}")
+def start_server(model_dir: Path, streams: int, workdir: Path) -> RuntimeProcess:
+    token_file = workdir / "admin-token"
+    token_file.write_text("bench-server")
+    spec = LaunchSpec(str(model_dir), "tiny", ("--max-num-seqs", str(streams)), token_file, workdir,
+                      extra_args=("--dtype", "float32"))
+    runtime = RuntimeProcess(spec, index=0)
+    runtime.wait_healthy()
+    return runtime
 
 
 def machine() -> dict[str, object]:
@@ -137,12 +128,6 @@ def machine() -> dict[str, object]:
     model = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name")), "?")
     return {"cpu_model": model, "cpu_cores": os.cpu_count(), "torch": torch.__version__,
             "python": platform.python_version(), "torch_threads": 1}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def main() -> int:
@@ -156,21 +141,20 @@ def main() -> int:
     model_dir = build_checkpoint(workdir / "tiny", "tiny")
     knobs = SchedulerKnobs(max_num_seqs=args.streams)
     engine = LLMEngine(EngineConfig(model=str(model_dir), dtype="float32", device="cpu", knobs=knobs))
-    port = _free_port()
-    server = start_server(model_dir, port, args.streams, workdir / "server.log")
+    server = start_server(model_dir, args.streams, workdir)
+    port = server.port
     try:
         engine_run(engine, args.streams, 8, -1)  # warm-up both sides
-        asyncio.run(server_run(port, server.pid, args.streams, 8))
+        asyncio.run(server_run(port, server.process.pid, args.streams, 8))
         runs: list[Run] = []
         for round_index in range(args.rounds):
             runs.append(engine_run(engine, args.streams, args.max_tokens, round_index))
-            runs.append(asyncio.run(server_run(port, server.pid, args.streams, args.max_tokens)))
+            runs.append(asyncio.run(server_run(port, server.process.pid, args.streams, args.max_tokens)))
             print(f"round {round_index}: engine {runs[-2].tokens_per_s:.0f} tok/s "
                   f"{runs[-2].cpu_us_per_token:.0f} us CPU/token, server {runs[-1].tokens_per_s:.0f} tok/s "
                   f"{runs[-1].cpu_us_per_token:.0f} us CPU/token", flush=True)
     finally:
-        server.terminate()
-        server.wait(timeout=15)
+        server.stop(timeout_s=15)
     write_results(runs, args)
     return 0
 

@@ -17,19 +17,19 @@ import asyncio
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import httpx
 import torch
 
 from gpu_runtime.checkpoint import build_checkpoint
+from slotune.backends.processes import LaunchSpec, RuntimeProcess
 from slotune.knobs import RuntimeConfig
 from slotune.loadgen.record import RequestRecord
 from slotune.loadgen.runner import RunPlan, run_workload
@@ -90,50 +90,19 @@ CAL_WINDOWS = (
 )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Server:
-    """One runtime process; always stopped by `with`."""
-
-    def __init__(self, model_dir: Path, config: RuntimeConfig, log_path: Path, trace_path: Path | None = None) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        command = [sys.executable, "-m", "gpu_runtime", "serve", "--model", str(model_dir), "--port", str(self.port),
-                   "--device", "cpu", "--dtype", "float32", "--num-threads", "1", *config.engine_args()]
-        env = os.environ | {"OMP_NUM_THREADS": "1"}
-        if trace_path is not None:
-            env["GPU_RUNTIME_STEP_TRACE"] = str(trace_path)
-        with open(log_path, "wb") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            env=env)
-        self.log_path = log_path
-
-    def __enter__(self) -> Server:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(self.log_path.read_text()[-3000:])
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        self.__exit__()
-        raise TimeoutError(self.log_path.read_text()[-3000:])
-
-    def __exit__(self, *_: object) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+@contextmanager
+def serving(model_dir: Path, config: RuntimeConfig, workdir: Path, name: str, trace: Path) -> Iterator[RuntimeProcess]:
+    """One runtime process, launched as local mode launches them, with its step trace on; always stopped."""
+    token_file = workdir / "admin-token"
+    token_file.write_text("validate-simulator")
+    spec = LaunchSpec(str(model_dir), "tiny", tuple(config.engine_args()), token_file, workdir / name,
+                      extra_args=("--dtype", "float32"), env=(("GPU_RUNTIME_STEP_TRACE", str(trace)),))
+    runtime = RuntimeProcess(spec, index=0)
+    try:
+        runtime.wait_healthy(timeout_s=180)
+        yield runtime
+    finally:
+        runtime.stop(timeout_s=20)
 
 
 @dataclass(frozen=True)
@@ -155,7 +124,7 @@ def traced_window(model_dir: Path, config: RuntimeConfig, workload: WorkloadSpec
     after a warm-up of its own (WARMUP, no shared prefix): a fresh process runs its first seconds 10-30% slower
     (allocator, first shapes), a transient the simulator does not model and a tuning window starts after."""
     trace = workdir / f"{name}.trace.jsonl"
-    with Server(model_dir, config, workdir / f"{name}.log", trace) as server:
+    with serving(model_dir, config, workdir, name, trace) as server:
         warm_up = RunPlan(urls=(server.url,), num_requests=WARMUP_REQUESTS, seed=WARMUP_SEED, show_progress=False)
         asyncio.run(run_workload(WARMUP, warm_up))
         num_warmup_lines = len(trace.read_text().splitlines())

@@ -67,6 +67,7 @@ class LaunchSpec:
     log_dir: Path
     extra_args: tuple[str, ...] = ()
     num_threads: int = 1
+    env: tuple[tuple[str, str], ...] = ()  # extra environment, e.g. GPU_RUNTIME_STEP_TRACE for a benchmark
 
 
 class RuntimeProcess:
@@ -86,7 +87,8 @@ class RuntimeProcess:
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                env=os.environ | {"OMP_NUM_THREADS": str(spec.num_threads), "TOKENIZERS_PARALLELISM": "false"},
+                env=os.environ | {"OMP_NUM_THREADS": str(spec.num_threads), "TOKENIZERS_PARALLELISM": "false"}
+                | dict(spec.env),
             )
         _LIVE.add(self.process)
 

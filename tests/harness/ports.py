@@ -5,11 +5,9 @@ from __future__ import annotations
 import socket
 import time
 
+from slotune.backends.processes import free_port
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+__all__ = ["free_port", "wait_for_port"]
 
 
 def wait_for_port(port: int, timeout_s: float = 30.0, host: str = "127.0.0.1") -> None:

@@ -38,7 +38,8 @@ class Trace:
 
 @dataclass
 class _EvaluatedDeployment:
-    """Backend and measurement source for the loop, served from the evaluator's cache (replayed windows)."""
+    """Backend and measurement source for the loop, served from the evaluator: a config's first window is its scored
+    one, later windows of it fresh traffic (Evaluator.window)."""
 
     evaluator: Evaluator
     trace: Trace

@@ -87,6 +87,18 @@ def test_replicas_sum_and_a_restarted_replica_counts_from_zero() -> None:
     assert expected.counts[2] == 30 and expected.counts[9] == 20  # (0.005, 0.01] and (0.25, 0.5]
 
 
+def test_occupancy_is_per_replica_like_the_batch_limit_it_is_compared_with() -> None:
+    """Counters sum over replicas, but running and waiting are what one engine batches and queues: max_num_seqs
+    bounds each replica, so two replicas running 12 and 4 run 8 on average, not 16."""
+    busy, idle = FakeVllm(), FakeVllm()
+    busy.running.set(12)
+    busy.waiting.set(3)
+    idle.running.set(4)
+    scrapes = [Exposition.parse(busy.text()), Exposition.parse(idle.text())]
+    snapshot = readings_from_scrapes(scrapes, scrapes, 5.0, names_for("builtin"), MODEL).to_snapshot(Source.SCRAPE)
+    assert snapshot.num_running_mean == 8.0 and snapshot.num_waiting_mean == 1.5
+
+
 def test_a_server_without_the_engines_metrics_is_unavailable_not_zero() -> None:
     empty = Exposition.parse("# TYPE process_cpu_seconds counter\nprocess_cpu_seconds_total 1.0\n")
     with pytest.raises(MetricsUnavailable) as raised:

@@ -11,7 +11,7 @@ import numpy as np
 from gpu_runtime.metrics import TTFT_BUCKETS_S
 from slotune.api.tuning import Knob, KnobBounds, TuningSpec
 from slotune.diagnosis import diagnose
-from slotune.knobs import Quantization, RuntimeConfig
+from slotune.knobs import Quantization, RuntimeConfig, SpeculativeConfig
 from slotune.loadgen.workload import Profile, WorkloadSpec
 from slotune.metrics.snapshot import Histogram, LatencyMetric, LatencySummary
 from slotune.perfmodel import Deployment
@@ -26,6 +26,7 @@ from slotune.policy import (
     propose_headroom,
     propose_trim,
 )
+from slotune.policy.moves import MIN_SPECULATION_SPEEDUP, speculate, speculation_speedup
 from slotune.simulator import simulate_workload
 from slotune.slo import SLOSpec
 from slotune.verification import compare, verify
@@ -117,6 +118,28 @@ def test_speculation_is_not_proposed_when_it_would_break_the_throughput_floor():
     floored = SLOSpec.model_validate({"tpot": {"p50": 5}, "minThroughput": 1e6})
     assert isinstance(_decide(H100, RuntimeConfig(), light, floored, TuningSpec(knobs=[Knob.SPECULATIVE])),
                       Infeasible)
+
+
+def test_speculation_is_gated_by_the_roofline_at_the_window_s_batch():
+    """Verifying k + 1 tokens per sequence is nearly free while decode reads weights (a few sequences on an H100,
+    dozens on an L4 with 8-bit weights), and costs a full step's compute at large batches: speculation is proposed
+    by the predicted speedup at the measured batch, not by a fixed batch limit."""
+    def speedup(deployment: Deployment, config: RuntimeConfig, batch: float) -> float:
+        snapshot = simulate_workload(deployment, config, CHAT, 150, seed=0).snapshot
+        given = PolicyInput(config, snapshot, RELAXED, TUNING, deployment, frozenset(), workload=CHAT)
+        drafting = config.with_changes(speculative=SpeculativeConfig(method="ngram", num_speculative_tokens=4,
+                                                                     draft_model=None).model_dump())
+        found = speculate(given, batch)
+        assert (found is not None) == (speculation_speedup(given, drafting, batch)[0] >= MIN_SPECULATION_SPEEDUP)
+        return speculation_speedup(given, drafting, batch)[0]
+
+    fp8 = RuntimeConfig(quantization=Quantization.FP8, max_num_seqs=256)
+    assert speedup(L4, fp8, 32) >= MIN_SPECULATION_SPEEDUP  # 32 sequences on an L4 still wait on weight reads
+    h100 = [speedup(H100, RuntimeConfig(), batch) for batch in (4, 64, 128, 256)]
+    assert h100 == sorted(h100, reverse=True) and h100[0] > h100[-1]
+    assert h100[0] >= MIN_SPECULATION_SPEEDUP
+    a100 = Deployment.from_names("llama-3.1-8b", "a100")
+    assert speedup(a100, RuntimeConfig(), 8) >= MIN_SPECULATION_SPEEDUP > speedup(a100, RuntimeConfig(), 64)  # compute
 
 
 def test_a_physically_unreachable_tpot_is_infeasible_with_what_would_be_needed():

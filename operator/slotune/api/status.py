@@ -97,8 +97,8 @@ class Observed(ApiModel):
     spec_acceptance_rate: float | None = Field(default=None, ge=0, le=1, description="Accepted / drafted tokens.")
     kv_cache_usage: float | None = Field(default=None, ge=0, le=1, description="Mean fraction of KV blocks in use.")
     num_running_mean: float | None = Field(default=None, ge=0, description="Mean sequences running per step "
-                                           "(batch occupancy).")
-    num_waiting_mean: float | None = Field(default=None, ge=0, description="Mean requests queued.")
+                                           "and replica (batch occupancy).")
+    num_waiting_mean: float | None = Field(default=None, ge=0, description="Mean requests queued per replica.")
     num_failed_requests: int = Field(default=0, ge=0, description="Requests rejected or failed in the window.")
 
     @classmethod

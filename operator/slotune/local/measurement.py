@@ -113,8 +113,9 @@ class GaugeSampler:
         def total(name: str | None) -> float:
             return sum(sum(s.gauges(name, self.selector)) for s in scrapes) if name else 0.0
 
-        self.running.append(total(self.names.num_running))
-        self.waiting.append(total(self.names.num_waiting))
+        # per replica, as the engine's batch is (MetricsSnapshot.num_running_mean)
+        self.running.append(total(self.names.num_running) / len(scrapes))
+        self.waiting.append(total(self.names.num_waiting) / len(scrapes))
         if self.names.kv_cache_usage:
             self.kv_usage.append(total(self.names.kv_cache_usage) / len(scrapes))
 

@@ -111,12 +111,11 @@ class PromQLReader:
             return None
         return self.client.scalar(f"sum(increase({counter_sample(counter)}{self.labels}[{window}]))", at_s)
 
-    def gauge(self, gauge: str | None, window: str, at_s: float, *, summed: bool) -> float | None:
-        """Time-average per replica, then summed (counts such as running requests) or averaged (fractions)."""
+    def gauge(self, gauge: str | None, window: str, at_s: float) -> float | None:
+        """Time-average per replica, then averaged over replicas (running and waiting are per replica)."""
         if gauge is None:
             return None
-        across = "sum" if summed else "avg"
-        return self.client.scalar(f"{across}(avg_over_time({gauge}{self.labels}[{window}]))", at_s)
+        return self.client.scalar(f"avg(avg_over_time({gauge}{self.labels}[{window}]))", at_s)
 
     def readings(self, window_s: float, at_s: float) -> WindowReadings:
         window, names = _window(window_s), self.names
@@ -132,14 +131,14 @@ class PromQLReader:
             generation_tokens=self.increase(names.generation_tokens, window, at_s),
             prefix_cache_queries=self.increase(names.prefix_cache_queries, window, at_s),
             prefix_cache_hits=self.increase(names.prefix_cache_hits, window, at_s),
-            prefix_cache_hit_rate=self.gauge(names.prefix_cache_hit_rate, window, at_s, summed=False),
+            prefix_cache_hit_rate=self.gauge(names.prefix_cache_hit_rate, window, at_s),
             spec_drafts=self.increase(names.spec_drafts, window, at_s),
             spec_draft_tokens=self.increase(names.spec_draft_tokens, window, at_s),
             spec_accepted_tokens=self.increase(names.spec_accepted_tokens, window, at_s),
-            spec_accept_length=self.gauge(names.spec_accept_length, window, at_s, summed=False),
-            num_running_mean=self.gauge(names.num_running, window, at_s, summed=True),
-            num_waiting_mean=self.gauge(names.num_waiting, window, at_s, summed=True),
-            kv_cache_usage_mean=self.gauge(names.kv_cache_usage, window, at_s, summed=False),
+            spec_accept_length=self.gauge(names.spec_accept_length, window, at_s),
+            num_running_mean=self.gauge(names.num_running, window, at_s),
+            num_waiting_mean=self.gauge(names.num_waiting, window, at_s),
+            kv_cache_usage_mean=self.gauge(names.kv_cache_usage, window, at_s),
             num_preemptions=self.increase(names.num_preemptions, window, at_s),
         )
 

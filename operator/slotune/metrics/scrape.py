@@ -1,9 +1,9 @@
 """Server-side snapshot without Prometheus: scrape every replica's `/metrics` twice and difference.
 
 Counters and histograms are differenced per replica (a replica that restarted in between counts from zero, as
-PromQL's rate() does) and then summed over replicas; gauges are averaged over the two scrapes (running and waiting
-summed over replicas, KV usage averaged). Percentiles follow histogram_quantile's rule, so a scrape and a PromQL
-query over the same window give the same numbers.
+PromQL's rate() does) and then summed over replicas; gauges are averaged over the two scrapes and over replicas
+(running and waiting are per replica, as the engine's batch is: `MetricsSnapshot`). Percentiles follow
+histogram_quantile's rule, so a scrape and a PromQL query over the same window give the same numbers.
 """
 
 from __future__ import annotations
@@ -49,15 +49,14 @@ def _sum_replicas(values: Sequence[float | None]) -> float | None:
     return sum(present) if present else None
 
 
-def _gauge_mean(scrapes: Sequence[Exposition], name: str | None, selector: Mapping[str, str], *, per_replica_sum: bool
-                ) -> float | None:
-    """Mean over scrape times; at each time the replicas' gauges are summed (counts) or averaged (fractions)."""
+def _gauge_mean(scrapes: Sequence[Exposition], name: str | None, selector: Mapping[str, str]) -> float | None:
+    """Mean over scrape times and replicas."""
     if name is None:
         return None
     values = [v for scrape in scrapes for v in scrape.gauges(name, selector)]
     if not values:
         return None
-    return sum(values) / (len(scrapes) if per_replica_sum else len(values))
+    return sum(values) / len(values)
 
 
 def readings_from_scrapes(
@@ -92,13 +91,13 @@ def readings_from_scrapes(
         num_requests=increase(names.request_success) or (e2e.count if e2e else 0.0),
         prompt_tokens=increase(names.prompt_tokens), generation_tokens=increase(names.generation_tokens),
         prefix_cache_queries=increase(names.prefix_cache_queries), prefix_cache_hits=increase(names.prefix_cache_hits),
-        prefix_cache_hit_rate=_gauge_mean(scrapes, names.prefix_cache_hit_rate, selector, per_replica_sum=False),
+        prefix_cache_hit_rate=_gauge_mean(scrapes, names.prefix_cache_hit_rate, selector),
         spec_drafts=increase(names.spec_drafts), spec_draft_tokens=increase(names.spec_draft_tokens),
         spec_accepted_tokens=increase(names.spec_accepted_tokens),
-        spec_accept_length=_gauge_mean(scrapes, names.spec_accept_length, selector, per_replica_sum=False),
-        num_running_mean=_gauge_mean(scrapes, names.num_running, selector, per_replica_sum=True),
-        num_waiting_mean=_gauge_mean(scrapes, names.num_waiting, selector, per_replica_sum=True),
-        kv_cache_usage_mean=_gauge_mean(scrapes, names.kv_cache_usage, selector, per_replica_sum=False),
+        spec_accept_length=_gauge_mean(scrapes, names.spec_accept_length, selector),
+        num_running_mean=_gauge_mean(scrapes, names.num_running, selector),
+        num_waiting_mean=_gauge_mean(scrapes, names.num_waiting, selector),
+        kv_cache_usage_mean=_gauge_mean(scrapes, names.kv_cache_usage, selector),
         num_preemptions=increase(names.num_preemptions),
     )
 

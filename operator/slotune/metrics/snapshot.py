@@ -144,6 +144,7 @@ class MetricsSnapshot:
     prefix_cache_hit_rate: float | None = None  # hits / queries, in tokens
     spec_acceptance_rate: float | None = None  # accepted / drafted tokens
     spec_mean_acceptance_length: float | None = None  # 1 + accepted / drafts
+    # Per replica, as each engine batches and queues (what max_num_seqs bounds); counters and rates are totals.
     num_running_mean: float | None = None
     num_waiting_mean: float | None = None
     kv_cache_usage: float | None = None  # 0..1, mean over the window

@@ -5,7 +5,8 @@ knob bounds, that was never tried before (kept, rolled back or crashed: `exclude
 it targets and the effect the roofline expects. Never revisiting a config is the hysteresis that stops flapping.
 Steps are sized with the capacity model (replicas a load needs, batch headroom) so few changes reach the SLO.
 Quantization is proposed only when the spec allows quality changes, and before speculation on low-bandwidth
-accelerators; speculation only at low batch and never when its predicted throughput cost breaks the throughput floor.
+accelerators; speculation only where the roofline predicts that verifying drafted tokens costs little (decode bound
+by weight reads) and never when its predicted throughput cost breaks the throughput floor.
 When nothing is left, or the roofline puts a target below what any allowed knob can reach, the answer is Infeasible
 with the closest configuration and what would be needed. Once every target holds, `propose_trim` offers cost savings
 (fewer or cheaper replicas) and `propose_headroom` the fix a near-miss trim's window calls for.

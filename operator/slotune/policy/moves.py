@@ -10,8 +10,8 @@ from slotune.perfmodel import capacity
 from slotune.policy.inputs import PolicyInput, Remedy
 from slotune.policy.sizing import max_replicas, replicas_for_load, tpot_target
 
-SPECULATION_MAX_BATCH = 8  # verification is ~free only while decode stays bandwidth bound
 PRIOR_ACCEPTANCE = 0.5  # per-token acceptance assumed before speculation was ever measured
+MIN_SPECULATION_SPEEDUP = 1.3  # predicted decode speedup worth a change whose acceptance is only a prior
 
 
 def budget_up(given: PolicyInput, why: str) -> Remedy | None:
@@ -67,28 +67,43 @@ def quantize(given: PolicyInput, why: str) -> Remedy | None:
 
 
 def speculate(given: PolicyInput, batch: float) -> Remedy | None:
+    """Speculation where the roofline says verifying k drafted tokens costs little more than one: decode is bound
+    by reading weights, not by compute, at this batch (small batches, low-bandwidth accelerators). Proposed only if
+    the predicted speedup at the window's batch is worth it and the throughput floor still holds."""
     c, bounds = given.config, given.tuning.bounds
-    if c.speculative is not None or batch > SPECULATION_MAX_BATCH:
+    if c.speculative is not None:
         return None
     k = min(max(4, bounds.num_speculative_tokens.min), bounds.num_speculative_tokens.max)
     method = bounds.speculative_methods[0]
     config = c.with_changes(speculative=SpeculativeConfig(method=method, num_speculative_tokens=k,
                                                           draft_model=None).model_dump())
-    if not _keeps_throughput_floor(given, config):
+    speedup, cost = speculation_speedup(given, config, batch)
+    if speedup < MIN_SPECULATION_SPEEDUP or not _keeps_throughput_floor(given, batch, speedup):
         return None
-    return Remedy(config, Knob.SPECULATIVE, f"few sequences per step ({batch:.1f}): verifying {k} drafted tokens "
-                  "is ~free")
+    return Remedy(config, Knob.SPECULATIVE, f"decode is bound by weight reads at {batch:.1f} sequences per step: "
+                  f"verifying {k} drafted tokens costs x{cost:.2f} a step, a predicted x{speedup:.1f} per token")
 
 
-def _keeps_throughput_floor(given: PolicyInput, config: RuntimeConfig) -> bool:
-    """Predicted decode throughput at the window's batch with speculation, against the floor."""
-    floor = given.slo.min_throughput
-    if floor is None or config.speculative is None:
-        return True
-    s = given.snapshot
-    batch = max(1, round(s.num_running_mean or 1))
+def speculation_speedup(given: PolicyInput, config: RuntimeConfig, batch: float) -> tuple[float, float]:
+    """(tokens per second with speculation / without, step time with / without) at `batch` sequences: the expected
+    tokens a step yields with per-token acceptance a, (1 - a^(k+1)) / (1 - a), against the roofline's cost of
+    verifying k + 1 tokens per sequence."""
+    assert config.speculative is not None
+    s, b = given.snapshot, max(1, round(batch))
     context = (s.mean_prompt_tokens or 0.0) + (s.mean_generation_tokens or 0.0) / 2
     k, a = config.speculative.num_speculative_tokens, PRIOR_ACCEPTANCE
     tokens_per_step = (1 - a ** (k + 1)) / (1 - a)
-    step_s = given.deployment.step_model(config).decode_step_s(batch, context, tokens_per_seq=k + 1)
-    return batch * tokens_per_step / step_s * config.replicas >= floor
+    plain = given.deployment.step_model(given.config).decode_step_s(b, context)
+    cost = given.deployment.step_model(config).decode_step_s(b, context, tokens_per_seq=k + 1) / plain
+    return tokens_per_step / cost, cost
+
+
+def _keeps_throughput_floor(given: PolicyInput, batch: float, speedup: float) -> bool:
+    """Predicted decode throughput of every replica at the window's batch with speculation, against the floor."""
+    floor = given.slo.min_throughput
+    if floor is None:
+        return True
+    s, b = given.snapshot, max(1, round(batch))
+    context = (s.mean_prompt_tokens or 0.0) + (s.mean_generation_tokens or 0.0) / 2
+    plain_step_s = given.deployment.step_model(given.config).decode_step_s(b, context)
+    return b / plain_step_s * speedup * given.config.replicas >= floor

@@ -277,3 +277,22 @@ def test_a_fix_may_give_back_replicas_a_kept_trim_shed_but_trims_never_revisit()
     for_trim = tuner._policy_input(state, window).excluded_keys
     assert three.key() not in for_fix and three.key() in for_trim
     assert other.key() in for_fix and two.key() in for_fix
+
+
+def test_the_loop_prices_configs_on_the_hardware_it_measures():
+    """Hardware 1.6x slower than its profile (a busy neighbour, another build): after one window the loop knows, says
+    so in the diagnosis, and its floors follow: a TPOT target the profile puts within reach is not on this part."""
+    light = WorkloadSpec(profile=Profile.CHAT, request_rate_per_s=2)
+    tight = SLOSpec.model_validate({"tpot": {"p50": 8}})
+    world = _world(H100.slower(1.6), light)
+    tuner = Tuner(_problem(slo=tight, workload=light), world, world, MemoryStateStore())
+    state = tuner.step()
+    assert len(state.speed_ratios) == 1 and state.speed_ratios[0] == pytest.approx(1.6, rel=0.1)
+    assert state.diagnosis is not None and any("the profile's time" in line for line in state.diagnosis.evidence)
+    assert state.baseline is not None
+    measured = tuner._diagnose(state, POOR, state.baseline)
+    profiled = tuner._diagnose(state.evolve(speed_ratios=()), POOR, state.baseline)
+    assert measured.floors.tpot_ms == pytest.approx(1.6 * profiled.floors.tpot_ms, rel=0.1)
+    assert profiled.floors.tpot_ms < 8 < measured.floors.tpot_ms
+    assert measured.out_of_reach == ("tpot_p50",) and profiled.out_of_reach == ()
+    assert state.pending is not None and state.pending.knob in (Knob.SPECULATIVE, Knob.QUANTIZATION)

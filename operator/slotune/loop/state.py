@@ -80,6 +80,7 @@ class TuningState(_Frozen):
     rolled_back_moves: tuple[str, ...] = ()  # knob settings that did not help, once per rollback (policy.move_key)
     settled: bool = False  # converged with no cost-saving change left to try
     prepared_replicas: int | None = None  # a headroom change was made so this replica count can hold: try it next
+    speed_ratios: tuple[float, ...] = ()  # recent windows' measured / profiled step time (perfmodel.window_step)
     windows_met: int = 0
     windows_missed: int = 0  # consecutive violations after convergence (hysteresis before retuning)
     cooldown_until_s: float = 0.0

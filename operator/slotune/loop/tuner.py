@@ -9,6 +9,7 @@ previous one and never try it again. After convergence a single bad window does 
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -25,6 +26,7 @@ from slotune.metrics.snapshot import MetricsSnapshot
 from slotune.perfmodel.accelerators import accelerator
 from slotune.perfmodel.deployment import Deployment
 from slotune.perfmodel.model_profile import ModelProfile
+from slotune.perfmodel.window_step import speed_ratio
 from slotune.policy import (
     Infeasible,
     PolicyInput,
@@ -39,6 +41,7 @@ from slotune.slo import SLOSpec
 from slotune.verification import verify
 
 RETUNE_AFTER_MISSED_WINDOWS = 2
+SPEED_WINDOWS = 8  # recent windows whose measured/predicted step time calibrates the profile (their median)
 HEADROOM_MAX_MISS = 1.5  # fewer replicas that missed the SLO by more than this are not worth one headroom change
 
 
@@ -95,7 +98,8 @@ class Tuner:
                 f"window has {snapshot.num_requests} requests, fewer than minSamples "
                 f"{self.problem.tuning.min_samples}: not judged")))
         state = state.evolve(iteration=state.iteration + 1, metrics_available=True, observed=Observed.of(snapshot),
-                             slo_met=self.problem.slo.is_met(snapshot))
+                             slo_met=self.problem.slo.is_met(snapshot),
+                             speed_ratios=self._speed_ratios(state, snapshot))
         if state.pending is not None:
             state, kept = self._verify(state, snapshot)
             if not kept:
@@ -129,7 +133,7 @@ class Tuner:
             phase = Phase.CONVERGED if converged else Phase.MEASURING
             message = "every SLO target holds" + ("" if converged else f" ({met} window(s), confirming)")
             state = state.evolve(windows_met=met, windows_missed=0, phase=phase, message=message,
-                                 diagnosis=self._diagnose(state.current, snapshot).report())
+                                 diagnosis=self._diagnose(state, state.current, snapshot).report())
             return self._trim(state, snapshot) if converged else state
         state = state.evolve(settled=False)
         if state.phase is Phase.CONVERGED and state.windows_missed + 1 < RETUNE_AFTER_MISSED_WINDOWS:
@@ -138,7 +142,7 @@ class Tuner:
         return self._decide(state.evolve(windows_met=0, windows_missed=0), snapshot)
 
     def _decide(self, state: TuningState, snapshot: MetricsSnapshot) -> TuningState:
-        diagnosis = self._diagnose(state.current, snapshot)
+        diagnosis = self._diagnose(state, state.current, snapshot)
         if state.changes_applied >= self.problem.tuning.max_iterations:
             return self._give_up(state, InfeasibleReport(
                 closest=state.best or state.current, reason=f"maxIterations ({state.changes_applied}) reached",
@@ -171,7 +175,7 @@ class Tuner:
         if not near_miss or state.changes_applied >= self.problem.tuning.max_iterations:
             return state.evolve(baseline=None)
         failed = replace(self._policy_input(state, window), config=fewer)
-        proposal = propose_headroom(self._diagnose(fewer, window), failed, state.current)
+        proposal = propose_headroom(self._diagnose(state, fewer, window), failed, state.current)
         if proposal is None:
             return state.evolve(baseline=None)
         pending = _pending(proposal, state.current)
@@ -188,7 +192,7 @@ class Tuner:
             excluded -= {h.config.key() for h in state.history if h.verdict is Verdict.KEPT
                          and h.config.replicas > current.replicas
                          and h.config == current.with_changes(replicas=h.config.replicas)}
-        return PolicyInput(state.current, snapshot, self.problem.slo, self.problem.tuning, self.problem.deployment,
+        return PolicyInput(state.current, snapshot, self.problem.slo, self.problem.tuning, self._deployment(state),
                            excluded, state.rolled_back_moves, state.best, self.problem.workload,
                            state.prepared_replicas)
 
@@ -260,8 +264,24 @@ class Tuner:
 
     # -- helpers --------------------------------------------------------------------------------------------------
 
-    def _diagnose(self, config: RuntimeConfig, snapshot: MetricsSnapshot):
-        return diagnose(snapshot, config, self.problem.slo, self.problem.deployment, self.problem.workload)
+    def _diagnose(self, state: TuningState, config: RuntimeConfig, snapshot: MetricsSnapshot):
+        diagnosis = diagnose(snapshot, config, self.problem.slo, self._deployment(state), self.problem.workload)
+        if not state.speed_ratios:
+            return diagnosis
+        speed = (f"steps take x{statistics.median(state.speed_ratios):.2f} the profile's time (median of "
+                 f"{len(state.speed_ratios)} window(s)); floors and sizes use the measured speed")
+        return replace(diagnosis, evidence=(*diagnosis.evidence, speed))
+
+    def _deployment(self, state: TuningState) -> Deployment:
+        """The deployment as measured: its profile, slowed or sped up by the recent windows' median step-time
+        ratio (perfmodel.window_step), so sizes and floors follow the hardware actually serving."""
+        if not state.speed_ratios:
+            return self.problem.deployment
+        return self.problem.deployment.slower(statistics.median(state.speed_ratios))
+
+    def _speed_ratios(self, state: TuningState, snapshot: MetricsSnapshot) -> tuple[float, ...]:
+        ratio = speed_ratio(self.problem.deployment, state.running, snapshot)
+        return state.speed_ratios if ratio is None else (*state.speed_ratios, ratio)[-SPEED_WINDOWS:]
 
     def _track_best(self, state: TuningState, snapshot: MetricsSnapshot) -> TuningState:
         score = badness(self.problem.slo, snapshot)

@@ -6,7 +6,7 @@ accelerator and model names of a TunedModel spec onto the built-in profiles.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slotune.knobs import RuntimeConfig
 from slotune.perfmodel.accelerators import AcceleratorProfile, accelerator
@@ -29,6 +29,11 @@ class Deployment:
     def from_names(cls, model: str, accelerator_name: str, tensor_parallel: int = 1,
                    max_model_len: int = 8192) -> Deployment:
         return cls(model_profile(model), accelerator(accelerator_name), tensor_parallel, max_model_len=max_model_len)
+
+    def slower(self, factor: float) -> Deployment:
+        """This deployment with every step `factor` times as long as profiled (online calibration, `window_step`)."""
+        base = self.efficiency or Efficiency.prior(self.accelerator)
+        return replace(self, efficiency=base.slower(factor))
 
     def step_model(self, config: RuntimeConfig) -> StepTimeModel:
         return StepTimeModel(self.model, self.accelerator, self.tensor_parallel, config.quantization,

@@ -39,23 +39,24 @@ class StepShape:
 
     prefill_attention_tokens is the sum over prefill tokens of the context each attends to (for a chunk of c tokens
     after p cached ones: c * (p + c / 2)); decode_context_tokens is the sum of context lengths of decoding sequences.
+    Counts are whole for a real step and fractional for the mean step of a window (`window_step`).
     """
 
-    num_prefill_tokens: int = 0
+    num_prefill_tokens: float = 0
     prefill_attention_tokens: float = 0.0
-    num_decode_seqs: int = 0
+    num_decode_seqs: float = 0
     decode_context_tokens: float = 0.0
     tokens_per_decode_seq: float = 1.0  # 1 + drafted tokens verified per step under speculative decoding
-    num_prefill_seqs: int = 0  # sequences that bring a prefill chunk (0 with prefill tokens: counted as 1)
+    num_prefill_seqs: float = 0  # sequences that bring a prefill chunk (0 with prefill tokens: counted as 1)
     prefill_context_pairs: float = 0.0  # of prefill_attention_tokens, the c * p pairs whose key is earlier context
-    num_new_seqs: int = 0  # sequences whose first prefill chunk runs in this step (requests starting)
+    num_new_seqs: float = 0  # sequences whose first prefill chunk runs in this step (requests starting)
 
     @property
     def num_tokens(self) -> float:
         return self.num_prefill_tokens + self.num_decode_seqs * self.tokens_per_decode_seq
 
     @property
-    def num_seqs(self) -> int:
+    def num_seqs(self) -> float:
         prefill_seqs = self.num_prefill_seqs or (1 if self.num_prefill_tokens else 0)
         return self.num_decode_seqs + prefill_seqs
 
@@ -82,6 +83,12 @@ class Efficiency:
                    accelerator.new_seq_overhead_s, accelerator.decode_context_token_s,
                    accelerator.prefill_attention_pair_s, accelerator.prefill_context_pair_s)
 
+    def slower(self, factor: float) -> Efficiency:
+        """Every step `factor` times as long (fractions of peak are capped at 1: a profile measured faster than its
+        peak keeps the peak)."""
+        return Efficiency(min(self.bandwidth / factor, 1.0), min(self.compute / factor, 1.0),
+                          *(getattr(self, name) * factor for name in _SECONDS))
+
     def host_s(self, shape: StepShape) -> float:
         """The linear host-side terms of one step (see the module docstring)."""
         return (self.seq_overhead_s * shape.num_seqs
@@ -90,6 +97,10 @@ class Efficiency:
                 + self.decode_context_token_s * shape.decode_context_tokens * shape.tokens_per_decode_seq
                 + self.prefill_attention_pair_s * shape.prefill_attention_tokens
                 + self.prefill_context_pair_s * shape.prefill_context_pairs)
+
+
+_SECONDS = ("step_overhead_s", "layer_overhead_s", "seq_overhead_s", "prefill_seq_overhead_s", "new_seq_overhead_s",
+            "decode_context_token_s", "prefill_attention_pair_s", "prefill_context_pair_s")
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,41 @@ def test_promql_and_direct_scrape_snapshots_agree(
     assert raised.value.reason == UnavailableReason.TOO_FEW_SAMPLES
 
 
+def _serve(server: FakeVllm) -> tuple[ThreadingHTTPServer, int]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _text_format_handler(server))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd, httpd.server_address[1]
+
+
+def test_occupancy_from_prometheus_is_per_replica(prometheus: Callable[..., object]) -> None:
+    """Two replicas running 12 and 4 sequences run 8 each on average, which is what max_num_seqs bounds; the
+    requests they finish add up."""
+    replicas = [FakeVllm(model="tiny"), FakeVllm(model="tiny")]
+    served = [_serve(server) for server in replicas]
+    try:
+        for server, running in zip(replicas, (12, 4), strict=True):
+            server.finish(ttft_s=0.0005, e2e_s=0.001, prompt_tokens=1)  # every series exists before the window
+            server.running.set(running)
+            server.waiting.set(running / 4)
+        prom = prometheus(targets=[(f"127.0.0.1:{port}", LABELS) for _, port in served],
+                          scrape_interval_s=SCRAPE_INTERVAL_S)
+        prom.wait_for_scrapes()
+        time.sleep(2 * SCRAPE_INTERVAL_S)
+        for server in replicas:
+            for _ in range(60):
+                server.finish(ttft_s=0.05, e2e_s=0.5, prompt_tokens=100, output_tokens=10)
+        time.sleep(4 * SCRAPE_INTERVAL_S)
+        selector = Selector(namespace="serving", deployment="chat", model="tiny")
+        snapshot = promql_snapshot(prom.url, names_for("builtin"), selector, 3.0, min_requests=10)
+        assert snapshot.num_running_mean == pytest.approx(8.0)
+        assert snapshot.num_waiting_mean == pytest.approx(2.0)
+        assert snapshot.num_requests == pytest.approx(120, rel=0.2)  # counters sum over replicas
+    finally:
+        for httpd, _ in served:
+            httpd.shutdown()
+            httpd.server_close()
+
+
 def test_prometheus_down_is_metrics_unavailable() -> None:
     with pytest.raises(MetricsUnavailable) as raised:
         promql_snapshot(f"http://127.0.0.1:{free_port()}", names_for("vllm"), Selector(), 60.0)

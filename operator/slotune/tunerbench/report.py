@@ -98,7 +98,8 @@ def render_markdown(results: list[ScenarioResult], summaries: list[Summary], bud
                      f"{s.false_infeasible} |")
     lines += ["", "Configurations count only feasible scenarios; a run that never got there counts as "
               f"{budget + 1}. Baselines cannot declare a scenario infeasible (they only run out of budget). "
-              "Each scenario's simulated hardware is skewed from the profile the tuner prices configurations with, "
+              "Each scenario's simulated hardware is skewed from the profile the tuner is told (slotune learns the "
+              "difference only from the windows it measures), "
               f"and a configuration meets the SLO only if it does on all {SCORED_WINDOWS} scored windows of traffic; "
               "slotune's later measurements of a running configuration are fresh windows (bench/scenarios/README.md).",
               "", *_lower_bound_lines(results), "",

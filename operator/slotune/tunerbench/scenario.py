@@ -24,9 +24,10 @@ from slotune.slo import SLOSpec
 class HardwareSkew(BaseModel):
     """How the simulated hardware departs from the accelerator profile slotune prices configurations with.
 
-    The simulator plays the deployment with these multipliers on the profile's efficiencies; the tuner keeps the
-    unskewed priors, as it would facing a real engine that is slower (or faster) than its datasheet says. Without
-    skew the policy's capacity model and the benchmark's ground truth would share one roofline, which flatters it.
+    The simulator plays the deployment with these multipliers on the profile's efficiencies; the tuner is told the
+    unskewed priors and learns the difference only from the windows it measures (online calibration, as it would
+    facing a real engine slower or faster than its datasheet). Without skew the policy's capacity model and the
+    benchmark's ground truth would share one roofline, which flatters it.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)

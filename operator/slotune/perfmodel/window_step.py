@@ -1,16 +1,18 @@
 """Online calibration from measurement windows: how fast the engine actually steps against what the model predicts.
 
 Each running sequence gets one token per engine step, so a window's mean inter-token latency is its mean step time.
-The step it describes is the window's mean occupancy (running sequences per replica and their mean context) plus the
-prompt tokens prefilled per step (prompt tokens per second per replica, less prefix-cache hits, times the step).
-The ratio measured / predicted of that mean step is one sample of how far the deployment's profile is from this
-hardware (datasheet efficiencies, another model build, a noisy neighbour); the loop keeps the recent ones and prices
-configurations with the profile scaled by their median (`Deployment.scaled`), so replicas, batch limits and floors
-are sized for the hardware measured rather than the one on paper.
+The profile prices that window as a mix of two steps: a decode of the window's mean occupancy (running sequences per
+replica at their mean context), and the same decode carrying a prefill chunk. The share of steps that carry a chunk
+is measured (prompt tokens prefilled per second per replica, less prefix-cache hits, times the step, over the chunk
+size), so measured = f * (decode + share * chunk extra) gives the slowdown f. Pricing the mean step alone would not
+do: the roofline's max(memory, compute) is convex, and on simulated windows that read 1.1-1.4 on exact hardware.
+f is one sample of how far the profile is from this hardware (datasheet efficiencies, another build, a noisy
+neighbour); the loop keeps the recent ones and prices configurations with the profile slowed by their median
+(`Deployment.slower`), so replicas, batch limits and floors are sized for the hardware measured.
 
-Aggregates are not a step trace (`calibration.calibrate` fits those): idle time between requests thins the
-occupancy, which biases the ratio up at low load, and the median over several windows is only as good as the
-mean step describes the mix. Windows with speculation are skipped: a step then yields several tokens per sequence.
+Aggregates are not a step trace (`calibration.calibrate` fits those, and can tell bandwidth from compute): bursty
+arrivals thin the time-averaged occupancy and read slow (up to 2x on the code workload). Windows with speculation are
+skipped: a step then yields several tokens per sequence.
 """
 
 from __future__ import annotations

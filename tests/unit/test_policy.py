@@ -26,7 +26,7 @@ from slotune.policy import (
     propose_headroom,
     propose_trim,
 )
-from slotune.policy.moves import MIN_SPECULATION_SPEEDUP, speculate, speculation_speedup
+from slotune.policy.moves import MIN_SPECULATION_SPEEDUP, speculate, speculation_estimate
 from slotune.simulator import simulate_workload
 from slotune.slo import SLOSpec
 from slotune.verification import compare, verify
@@ -130,8 +130,9 @@ def test_speculation_is_gated_by_the_roofline_at_the_window_s_batch():
         drafting = config.with_changes(speculative=SpeculativeConfig(method="ngram", num_speculative_tokens=4,
                                                                      draft_model=None).model_dump())
         found = speculate(given, batch)
-        assert (found is not None) == (speculation_speedup(given, drafting, batch)[0] >= MIN_SPECULATION_SPEEDUP)
-        return speculation_speedup(given, drafting, batch)[0]
+        predicted = speculation_estimate(given, drafting, batch).speedup
+        assert (found is not None) == (predicted >= MIN_SPECULATION_SPEEDUP)
+        return predicted
 
     fp8 = RuntimeConfig(quantization=Quantization.FP8, max_num_seqs=256)
     assert speedup(L4, fp8, 32) >= MIN_SPECULATION_SPEEDUP  # 32 sequences on an L4 still wait on weight reads

@@ -153,3 +153,8 @@ class MetricsSnapshot:
 
     def latency(self, metric: LatencyMetric) -> LatencySummary:
         return getattr(self, metric.value)
+
+    @property
+    def mean_decode_context_tokens(self) -> float:
+        """The context a decoding sequence attends to on average: its prompt and half its output."""
+        return (self.mean_prompt_tokens or 0.0) + (self.mean_generation_tokens or 0.0) / 2

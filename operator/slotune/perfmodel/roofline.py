@@ -24,7 +24,7 @@ kernel: 1.3x-2.2x the step time the other terms predict for such steps in the st
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 from slotune.knobs import KVCacheDtype, Quantization
 from slotune.perfmodel.accelerators import AcceleratorProfile
@@ -86,8 +86,9 @@ class Efficiency:
     def slower(self, factor: float) -> Efficiency:
         """Every step `factor` times as long (fractions of peak are capped at 1: a profile measured faster than its
         peak keeps the peak)."""
-        return Efficiency(min(self.bandwidth / factor, 1.0), min(self.compute / factor, 1.0),
-                          *(getattr(self, name) * factor for name in _SECONDS))
+        seconds = {f.name: getattr(self, f.name) * factor for f in fields(self) if f.name.endswith("_s")}
+        return replace(self, bandwidth=min(self.bandwidth / factor, 1.0), compute=min(self.compute / factor, 1.0),
+                       **seconds)
 
     def host_s(self, shape: StepShape) -> float:
         """The linear host-side terms of one step (see the module docstring)."""
@@ -97,10 +98,6 @@ class Efficiency:
                 + self.decode_context_token_s * shape.decode_context_tokens * shape.tokens_per_decode_seq
                 + self.prefill_attention_pair_s * shape.prefill_attention_tokens
                 + self.prefill_context_pair_s * shape.prefill_context_pairs)
-
-
-_SECONDS = ("step_overhead_s", "layer_overhead_s", "seq_overhead_s", "prefill_seq_overhead_s", "new_seq_overhead_s",
-            "decode_context_token_s", "prefill_attention_pair_s", "prefill_context_pair_s")
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ def speed_ratio(deployment: Deployment, config: RuntimeConfig, snapshot: Metrics
     measured_s = latency.mean_ms / 1000.0
     model = deployment.step_model(config)
     prompt = snapshot.mean_prompt_tokens or 0.0
-    context = prompt + (snapshot.mean_generation_tokens or 0.0) / 2
+    context = snapshot.mean_decode_context_tokens
     hit = (snapshot.prefix_cache_hit_rate or 0.0) if config.enable_prefix_caching else 0.0
     decode = StepShape(num_decode_seqs=running, decode_context_tokens=running * context)
     decode_s = model.step_time_s(decode)

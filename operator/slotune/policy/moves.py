@@ -3,6 +3,8 @@ bounds, not allowed by the spec, predicted to break the throughput floor)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from slotune.api.tuning import Knob
 from slotune.knobs import Quantization, RuntimeConfig, SpeculativeConfig
 from slotune.metrics.snapshot import LatencyMetric
@@ -26,8 +28,8 @@ def budget_up(given: PolicyInput, why: str) -> Remedy | None:
 def budget_cap(given: PolicyInput) -> int:
     s = given.snapshot
     batch = max(1, round(s.num_running_mean or 1))
-    context = (s.mean_prompt_tokens or 0.0) + (s.mean_generation_tokens or 0.0) / 2
-    return capacity.budget_limit(given.deployment, given.config, tpot_target(given.slo), batch, context)
+    return capacity.budget_limit(given.deployment, given.config, tpot_target(given.slo), batch,
+                                 s.mean_decode_context_tokens)
 
 
 def enable_prefix_cache(given: PolicyInput) -> Remedy | None:
@@ -70,40 +72,37 @@ def speculate(given: PolicyInput, batch: float) -> Remedy | None:
     """Speculation where the roofline says verifying k drafted tokens costs little more than one: decode is bound
     by reading weights, not by compute, at this batch (small batches, low-bandwidth accelerators). Proposed only if
     the predicted speedup at the window's batch is worth it and the throughput floor still holds."""
-    c, bounds = given.config, given.tuning.bounds
+    c, bounds, floor = given.config, given.tuning.bounds, given.slo.min_throughput
     if c.speculative is not None:
         return None
     k = min(max(4, bounds.num_speculative_tokens.min), bounds.num_speculative_tokens.max)
     method = bounds.speculative_methods[0]
     config = c.with_changes(speculative=SpeculativeConfig(method=method, num_speculative_tokens=k,
                                                           draft_model=None).model_dump())
-    speedup, cost = speculation_speedup(given, config, batch)
-    if speedup < MIN_SPECULATION_SPEEDUP or not _keeps_throughput_floor(given, batch, speedup):
+    predicted = speculation_estimate(given, config, batch)
+    if predicted.speedup < MIN_SPECULATION_SPEEDUP or (
+            floor is not None and predicted.tokens_per_s * c.replicas < floor):
         return None
     return Remedy(config, Knob.SPECULATIVE, f"decode is bound by weight reads at {batch:.1f} sequences per step: "
-                  f"verifying {k} drafted tokens costs x{cost:.2f} a step, a predicted x{speedup:.1f} per token")
+                  f"verifying {k} drafted tokens costs x{predicted.step_cost:.2f} a step, a predicted "
+                  f"x{predicted.speedup:.1f} per token")
 
 
-def speculation_speedup(given: PolicyInput, config: RuntimeConfig, batch: float) -> tuple[float, float]:
-    """(tokens per second with speculation / without, step time with / without) at `batch` sequences: the expected
-    tokens a step yields with per-token acceptance a, (1 - a^(k+1)) / (1 - a), against the roofline's cost of
-    verifying k + 1 tokens per sequence."""
+@dataclass(frozen=True)
+class SpeculationEstimate:
+    speedup: float  # tokens per second with speculation / without
+    step_cost: float  # step time with / without
+    tokens_per_s: float  # one replica's decode throughput with speculation
+
+
+def speculation_estimate(given: PolicyInput, config: RuntimeConfig, batch: float) -> SpeculationEstimate:
+    """Speculation at `batch` sequences: the expected tokens a step yields with per-token acceptance a,
+    (1 - a^(k+1)) / (1 - a), against the roofline's cost of verifying k + 1 tokens per sequence."""
     assert config.speculative is not None
-    s, b = given.snapshot, max(1, round(batch))
-    context = (s.mean_prompt_tokens or 0.0) + (s.mean_generation_tokens or 0.0) / 2
+    b, context = max(1, round(batch)), given.snapshot.mean_decode_context_tokens
     k, a = config.speculative.num_speculative_tokens, PRIOR_ACCEPTANCE
     tokens_per_step = (1 - a ** (k + 1)) / (1 - a)
-    plain = given.deployment.step_model(given.config).decode_step_s(b, context)
-    cost = given.deployment.step_model(config).decode_step_s(b, context, tokens_per_seq=k + 1) / plain
-    return tokens_per_step / cost, cost
-
-
-def _keeps_throughput_floor(given: PolicyInput, batch: float, speedup: float) -> bool:
-    """Predicted decode throughput of every replica at the window's batch with speculation, against the floor."""
-    floor = given.slo.min_throughput
-    if floor is None:
-        return True
-    s, b = given.snapshot, max(1, round(batch))
-    context = (s.mean_prompt_tokens or 0.0) + (s.mean_generation_tokens or 0.0) / 2
-    plain_step_s = given.deployment.step_model(given.config).decode_step_s(b, context)
-    return b / plain_step_s * speedup * given.config.replicas >= floor
+    plain_s = given.deployment.step_model(given.config).decode_step_s(b, context)
+    drafting_s = given.deployment.step_model(config).decode_step_s(b, context, tokens_per_seq=k + 1)
+    return SpeculationEstimate(tokens_per_step * plain_s / drafting_s, drafting_s / plain_s,
+                               b * tokens_per_step / drafting_s)

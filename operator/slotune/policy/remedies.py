@@ -149,7 +149,7 @@ def _decode(given: PolicyInput) -> list[Remedy]:
     s, accel = given.snapshot, given.deployment.accelerator
     batch = s.num_running_mean or 1.0
     step = given.deployment.step_model(given.config)
-    context = (s.mean_prompt_tokens or 0.0) + (s.mean_generation_tokens or 0.0) / 2
+    context = s.mean_decode_context_tokens
     batch_bound = batch > 4 and step.decode_step_s(round(batch), context) > 1.5 * step.decode_step_s(1, context)
     quant = quantize(given, "decode is bound by weight bytes per token: 8-bit weights halve them")
     spec = speculate(given, batch)

@@ -65,6 +65,9 @@ def test_two_replicas_elect_one_and_the_active_one_applies_a_service_monitor(kub
         apply(kube, tunedmodel("peered", namespace, tuning={"mode": "off", "windowSeconds": 5, "minSamples": 10}))
         monitor = wait_for(lambda: get(kube, "servicemonitor", "peered-runtime", namespace), 60, "the ServiceMonitor",
                            describe=lambda: first.log_tail() + second.log_tail())
+        # The handler creates the ServiceMonitor before kopf logs its success: wait for the line before counting it.
+        wait_for(lambda: "Handler 'created' succeeded" in first.log_tail(400) + second.log_tail(400), 30,
+                 "the created handler to finish", describe=lambda: first.log_tail() + second.log_tail())
         active = [p for p in (first, second) if is_active(p.log_tail(400))]
         logs = first.log_tail(400) + second.log_tail(400)
     assert len(active) == 1  # exactly one works, the other stands by

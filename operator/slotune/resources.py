@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slotune.api import API_VERSION, KIND, Accelerator, TunedModel
-from slotune.controller.settings import OperatorSettings
+from slotune.settings import OperatorSettings
 from slotune.knobs import Engine, RuntimeConfig
 
 RUNTIME_PORT = 8000

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from slotune.api import parse_tunedmodel
-from slotune.controller.settings import OperatorSettings
+from slotune.settings import OperatorSettings
 from slotune.knobs import RuntimeConfig
 from slotune.metrics.exposition import Exposition
 from slotune.metrics.names import Engine, names_for

@@ -17,7 +17,7 @@ import yaml
 
 import kwok_cluster
 from slotune.api import parse_tunedmodel
-from slotune.controller.settings import load_settings
+from slotune.settings import load_settings
 from slotune.knobs import RuntimeConfig
 from slotune.resources import build_deployment, build_secret, build_service
 

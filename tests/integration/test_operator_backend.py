@@ -12,7 +12,7 @@ import pytest
 from slotune.api import parse_tunedmodel
 from slotune.backends.kube_api import KubeAPI
 from slotune.backends.kubernetes import KubernetesBackend
-from slotune.controller.settings import OperatorSettings
+from slotune.settings import OperatorSettings
 from slotune.knobs import KVCacheDtype
 from tests.e2e.harness.kube import apply, get, install_tunedmodel_crd, scratch_namespace
 from tests.integration.test_operator import tunedmodel

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from slotune.api import parse_tunedmodel
-from slotune.controller.settings import AdminTransport, OperatorSettings, load_settings
+from slotune.settings import AdminTransport, OperatorSettings, load_settings
 from slotune.knobs import RuntimeConfig, SpeculativeConfig, SpeculativeMethod
 from slotune.resources import build_deployment
 

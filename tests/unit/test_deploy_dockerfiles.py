@@ -16,7 +16,7 @@ import torch
 
 from gpu_runtime.cli import build_parser
 from slotune.api import parse_tunedmodel
-from slotune.controller.settings import OperatorSettings
+from slotune.settings import OperatorSettings
 from slotune.knobs import RuntimeConfig
 from slotune.resources import RUNTIME_UID, build_deployment
 

@@ -10,7 +10,7 @@ import pytest
 from slotune.api import Condition, ConditionStatus, ConditionType, Knob, Phase, Verdict
 from slotune.backends.kubernetes import pod_problem, pod_ready, rollout_state
 from slotune.controller.events import transition_events
-from slotune.controller.settings import AdminTransport, load_settings
+from slotune.settings import AdminTransport, load_settings
 from slotune.controller.status import Health, conditions, status_body
 from slotune.knobs import RuntimeConfig
 from slotune.loop.state import HistoryRecord, TuningState

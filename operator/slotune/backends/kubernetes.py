@@ -24,7 +24,7 @@ import httpx
 
 from slotune.api import TunedModel
 from slotune.backends.kube_api import KubeAPI, KubeError, object_path
-from slotune.controller.settings import AdminTransport, OperatorSettings
+from slotune.settings import AdminTransport, OperatorSettings
 from slotune.knobs import Engine, RuntimeConfig
 from slotune.loop.protocols import ApplyResult
 from slotune.resources import (

@@ -12,7 +12,7 @@ import logging
 import os
 import secrets
 
-from slotune.controller.settings import env_names, load_settings
+from slotune.settings import env_names, load_settings
 
 _FLAGS = {
     "prometheus_url": "Prometheus base URL; empty: no tuning, MetricsAvailable=False (NoPrometheus)",

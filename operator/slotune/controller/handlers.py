@@ -18,7 +18,7 @@ from slotune.api import GROUP, PLURAL, VERSION, InvalidTunedModel, TunedModel, p
 from slotune.backends.kube_api import KubeAPI, KubeError
 from slotune.backends.kubernetes import OperatorStopping
 from slotune.controller.run import TuningRun, deploy
-from slotune.controller.settings import OperatorSettings, load_settings
+from slotune.settings import OperatorSettings, load_settings
 
 log = logging.getLogger(__name__)
 RESOURCE = (GROUP, VERSION, PLURAL)

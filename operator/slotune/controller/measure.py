@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from slotune.api import TunedModel
 from slotune.backends.kubernetes import OperatorStopping
-from slotune.controller.settings import OperatorSettings
+from slotune.settings import OperatorSettings
 from slotune.metrics.names import names_for
 from slotune.metrics.promql import Selector, promql_snapshot
 from slotune.metrics.snapshot import MetricsSnapshot

@@ -17,7 +17,7 @@ from slotune.backends.kube_api import KubeAPI
 from slotune.backends.kubernetes import KubernetesBackend
 from slotune.controller.events import EventRecorder, transition_events
 from slotune.controller.measure import PromQLSource
-from slotune.controller.settings import OperatorSettings
+from slotune.settings import OperatorSettings
 from slotune.controller.status import Health, StatusStateStore
 from slotune.knobs import RuntimeConfig
 from slotune.loop import ApplyResult, MetricsUnavailable, Tuner, TuningProblem, TuningState

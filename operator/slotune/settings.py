@@ -1,5 +1,8 @@
 """The operator's settings: one frozen object built from the environment and the `slotune operator` flags.
 
+It sits in the bottom layer, beside the API types, because the builders below the controller (`slotune.resources`,
+the Kubernetes backend) take it as an argument: the controller builds it once and passes it down.
+
 The environment variables are the operator <-> chart contract (charts/slotune/templates/deployment.yaml sets them);
 a flag of the same name wins over its variable. Two settings exist for running the operator outside the cluster
 network (tests, a laptop): `admin_transport` and `pod_endpoints_file`, both described below.

@@ -34,11 +34,11 @@ from slotune.knobs import RuntimeConfig
 from slotune.loadgen.record import RequestRecord
 from slotune.loadgen.runner import RunPlan, run_workload
 from slotune.loadgen.stats import client_snapshot
-from slotune.loadgen.workload import LengthDistribution, WorkloadSpec, plan_requests
-from slotune.metrics.snapshot import LatencyMetric, MetricsSnapshot
 from slotune.perfmodel import Deployment, ModelProfile, accelerator, calibrate
 from slotune.perfmodel.calibration import step_trace_measurements
 from slotune.simulator import simulate
+from slotune.snapshot import LatencyMetric, MetricsSnapshot
+from slotune.workload import LengthDistribution, WorkloadSpec, plan_requests
 
 OUT = Path(__file__).parent / "results"
 NUM_REQUESTS = 60

@@ -17,10 +17,10 @@ from enum import StrEnum
 
 from slotune.api.status import DiagnosisReport
 from slotune.knobs import RuntimeConfig
-from slotune.loadgen.workload import WorkloadSpec
-from slotune.metrics.snapshot import LatencyMetric, MetricsSnapshot
 from slotune.perfmodel.deployment import Deployment
 from slotune.slo import SLOSpec, TargetResult
+from slotune.snapshot import LatencyMetric, MetricsSnapshot
+from slotune.workload import WorkloadSpec
 
 QUEUE_DOMINATES = 0.5  # queue share of TTFT at the violated percentile
 TAIL_RATIO = 1.6  # TPOT p99 / p50 above this, with the median fine, is a tail problem

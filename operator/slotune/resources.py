@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from slotune.api import API_VERSION, KIND, Accelerator, TunedModel
-from slotune.settings import OperatorSettings
 from slotune.knobs import Engine, RuntimeConfig
+from slotune.settings import OperatorSettings
 
 RUNTIME_PORT = 8000
 ADMIN_TOKEN_DIR = "/var/run/slotune"

@@ -13,7 +13,7 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from slotune.metrics.snapshot import LatencyMetric, MetricsSnapshot
+from slotune.snapshot import LatencyMetric, MetricsSnapshot
 
 PERCENTILES = (50, 95, 99)
 SLO_METRICS = (LatencyMetric.TTFT, LatencyMetric.TPOT, LatencyMetric.E2E)

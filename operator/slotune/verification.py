@@ -21,8 +21,8 @@ import numpy as np
 
 from slotune.loadgen.compare import Verdict as CompareVerdict
 from slotune.loadgen.compare import compare_histograms
-from slotune.metrics.snapshot import LatencyMetric, LatencySummary, MetricsSnapshot
 from slotune.slo import SLOSpec
+from slotune.snapshot import LatencyMetric, LatencySummary, MetricsSnapshot
 
 BOOTSTRAP_RESAMPLES = 400
 CONFIDENCE = 0.95

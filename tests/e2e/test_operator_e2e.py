@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from slotune.loadgen.runner import RunPlan, run_workload
-from slotune.loadgen.workload import WorkloadSpec
+from slotune.workload import WorkloadSpec
 from tests.e2e.harness.kube import apply, condition, events, get, install_tunedmodel_crd, scratch_namespace, wait_for
 from tests.e2e.harness.kubelet import KubeletStandIn
 from tests.e2e.harness.operator import OperatorProcess

@@ -24,14 +24,14 @@ import pytest
 import yaml
 
 from slotune.api import parse_tunedmodel
-from slotune.settings import OperatorSettings
 from slotune.knobs import RuntimeConfig
 from slotune.metrics.exposition import Exposition
 from slotune.metrics.names import Engine, names_for
 from slotune.metrics.promql import Selector
 from slotune.metrics.scrape import readings_from_scrapes
-from slotune.metrics.snapshot import MetricsSnapshot, Source
 from slotune.resources import ChildNames, build_deployment
+from slotune.settings import OperatorSettings
+from slotune.snapshot import MetricsSnapshot, Source
 from tests.harness.ports import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]

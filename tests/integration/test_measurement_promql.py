@@ -20,8 +20,8 @@ from slotune.metrics.exposition import Exposition
 from slotune.metrics.names import names_for
 from slotune.metrics.promql import Selector, promql_snapshot
 from slotune.metrics.scrape import readings_from_scrapes
-from slotune.metrics.snapshot import LatencyMetric, MetricsSnapshot, Source
 from slotune.metrics.window import MetricsUnavailable, UnavailableReason
+from slotune.snapshot import LatencyMetric, MetricsSnapshot, Source
 from tests.harness.ports import free_port
 from tests.unit.metrics_fake_vllm import FakeVllm
 

@@ -23,11 +23,11 @@ import pytest
 from gpu_runtime.checkpoint import build_checkpoint
 from slotune.loadgen.runner import RunPlan, run_workload
 from slotune.loadgen.stats import client_snapshot, request_latencies_ms, summarize
-from slotune.loadgen.workload import WorkloadSpec, plan_requests
 from slotune.metrics.names import names_for
 from slotune.metrics.scrape import scrape_snapshot
-from slotune.metrics.snapshot import LatencyMetric, MetricsSnapshot
 from slotune.slo import SLOSpec
+from slotune.snapshot import LatencyMetric, MetricsSnapshot
+from slotune.workload import WorkloadSpec, plan_requests
 from tests.harness.ports import free_port
 from tests.harness.runtime import RuntimeServer
 

@@ -12,8 +12,8 @@ import pytest
 from slotune.api import parse_tunedmodel
 from slotune.backends.kube_api import KubeAPI
 from slotune.backends.kubernetes import KubernetesBackend
-from slotune.settings import OperatorSettings
 from slotune.knobs import KVCacheDtype
+from slotune.settings import OperatorSettings
 from tests.e2e.harness.kube import apply, get, install_tunedmodel_crd, scratch_namespace
 from tests.integration.test_operator import tunedmodel
 

@@ -21,7 +21,7 @@ from slotune.api import (
     Verdict,
 )
 from slotune.knobs import RuntimeConfig
-from slotune.metrics.snapshot import LatencySummary, MetricsSnapshot, Source
+from slotune.snapshot import LatencySummary, MetricsSnapshot, Source
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 

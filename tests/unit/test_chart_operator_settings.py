@@ -12,9 +12,9 @@ from urllib.parse import urlsplit
 import yaml
 
 from slotune.api import parse_tunedmodel
-from slotune.settings import AdminTransport, OperatorSettings, load_settings
 from slotune.knobs import RuntimeConfig, SpeculativeConfig, SpeculativeMethod
 from slotune.resources import build_deployment
+from slotune.settings import AdminTransport, OperatorSettings, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "slotune"

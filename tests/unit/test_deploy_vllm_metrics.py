@@ -26,8 +26,8 @@ import pytest
 from slotune.metrics.exposition import Exposition
 from slotune.metrics.names import Engine, names_for
 from slotune.metrics.scrape import readings_from_scrapes
-from slotune.metrics.snapshot import MetricsSnapshot, Source
 from slotune.metrics.window import require_samples
+from slotune.snapshot import MetricsSnapshot, Source
 
 DATA = Path(__file__).parent.parent / "data"
 MODEL = {"model_name": "meta-llama/Llama-3.1-8B-Instruct"}

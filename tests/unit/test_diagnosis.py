@@ -6,11 +6,11 @@ import numpy as np
 
 from slotune.diagnosis import Bottleneck, diagnose
 from slotune.knobs import RuntimeConfig
-from slotune.loadgen.workload import Profile, WorkloadSpec
-from slotune.metrics.snapshot import LatencySummary, MetricsSnapshot, Source
 from slotune.perfmodel import Deployment
 from slotune.simulator import simulate_workload
 from slotune.slo import SLOSpec
+from slotune.snapshot import LatencySummary, MetricsSnapshot, Source
+from slotune.workload import Profile, WorkloadSpec
 
 H100 = Deployment.from_names("llama-3.1-8b", "h100")
 L4 = Deployment.from_names("llama-3.1-8b", "l4")

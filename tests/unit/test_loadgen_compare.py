@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from slotune.loadgen.compare import Verdict, compare_histograms, compare_samples
-from slotune.metrics.snapshot import Histogram
+from slotune.snapshot import Histogram
 
 ALPHA = 0.05
 TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10, 20, 40, 80,

@@ -8,8 +8,8 @@ from scipy import stats
 
 from slotune.loadgen.record import RequestRecord
 from slotune.loadgen.stats import bootstrap_percentile, client_snapshot, summarize
-from slotune.metrics.snapshot import Source
 from slotune.slo import SLOSpec
+from slotune.snapshot import Source
 
 
 def test_bootstrap_ci_covers_the_true_percentile_at_about_its_level() -> None:

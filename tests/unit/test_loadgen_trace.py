@@ -9,7 +9,7 @@ import pytest
 
 from slotune.loadgen.prompts import load_trace, prompt_for
 from slotune.loadgen.runner import trace_window
-from slotune.loadgen.workload import PlannedRequest
+from slotune.workload import PlannedRequest
 
 
 def _trace(tmp_path: Path, rows: list[dict]) -> Path:

@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 from scipy import stats
 
-from slotune.loadgen.workload import (
+from slotune.workload import (
     Arrival,
     LengthDistribution,
     Profile,

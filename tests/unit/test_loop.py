@@ -9,7 +9,6 @@ import pytest
 from slotune.api.status import Phase, Verdict
 from slotune.api.tuning import Knob, KnobBounds, TuningSpec
 from slotune.knobs import RuntimeConfig
-from slotune.loadgen.workload import LengthDistribution, Profile, WorkloadSpec
 from slotune.loop import (
     ApplyResult,
     FileStateStore,
@@ -20,11 +19,12 @@ from slotune.loop import (
     TuningState,
 )
 from slotune.loop.state import HistoryRecord, PendingChange, now_utc
-from slotune.metrics.snapshot import LatencyMetric, MetricsSnapshot
 from slotune.metrics.window import UnavailableReason
 from slotune.perfmodel import Deployment
 from slotune.simulator.backend import SimulatedDeployment
 from slotune.slo import SLOSpec
+from slotune.snapshot import LatencyMetric, MetricsSnapshot
+from slotune.workload import LengthDistribution, Profile, WorkloadSpec
 
 H100 = Deployment.from_names("llama-3.1-8b", "h100")
 L4 = Deployment.from_names("llama-3.1-8b", "l4")

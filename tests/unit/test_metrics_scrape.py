@@ -10,9 +10,9 @@ import pytest
 from slotune.metrics.exposition import Exposition
 from slotune.metrics.names import Engine, names_for
 from slotune.metrics.scrape import readings_from_scrapes
-from slotune.metrics.snapshot import Histogram as WindowHistogram
-from slotune.metrics.snapshot import LatencyMetric, Source
 from slotune.metrics.window import MetricsUnavailable, UnavailableReason, summary_from_reading
+from slotune.snapshot import Histogram as WindowHistogram
+from slotune.snapshot import LatencyMetric, Source
 from tests.unit.metrics_fake_vllm import FakeVllm
 
 DATA = Path(__file__).parent.parent / "data"

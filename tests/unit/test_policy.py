@@ -12,8 +12,6 @@ from gpu_runtime.metrics import TTFT_BUCKETS_S
 from slotune.api.tuning import Knob, KnobBounds, TuningSpec
 from slotune.diagnosis import diagnose
 from slotune.knobs import Quantization, RuntimeConfig, SpeculativeConfig
-from slotune.loadgen.workload import Profile, WorkloadSpec
-from slotune.metrics.snapshot import Histogram, LatencyMetric, LatencySummary
 from slotune.perfmodel import Deployment
 from slotune.policy import (
     MAX_MOVE_ATTEMPTS,
@@ -29,7 +27,9 @@ from slotune.policy import (
 from slotune.policy.moves import MIN_SPECULATION_SPEEDUP, speculate, speculation_estimate
 from slotune.simulator import simulate_workload
 from slotune.slo import SLOSpec
+from slotune.snapshot import Histogram, LatencyMetric, LatencySummary
 from slotune.verification import compare, verify
+from slotune.workload import Profile, WorkloadSpec
 
 H100 = Deployment.from_names("llama-3.1-8b", "h100")
 L4 = Deployment.from_names("llama-3.1-8b", "l4")

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from slotune.api import Accelerator, TunedModel, parse_tunedmodel
-from slotune.settings import OperatorSettings
 from slotune.knobs import Engine, RuntimeConfig, SpeculativeConfig, SpeculativeMethod
 from slotune.resources import (
     ADMIN_TOKEN_FILE,
@@ -19,6 +18,7 @@ from slotune.resources import (
     build_service_monitor,
     config_from_annotation,
 )
+from slotune.settings import OperatorSettings
 
 SETTINGS = OperatorSettings(runtime_image="img/runtime:cuda", runtime_image_cpu="img/runtime:cpu",
                             vllm_image="img/vllm:1")

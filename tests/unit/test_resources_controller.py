@@ -10,12 +10,12 @@ import pytest
 from slotune.api import Condition, ConditionStatus, ConditionType, Knob, Phase, Verdict
 from slotune.backends.kubernetes import pod_problem, pod_ready, rollout_state
 from slotune.controller.events import transition_events
-from slotune.settings import AdminTransport, load_settings
 from slotune.controller.status import Health, conditions, status_body
 from slotune.knobs import RuntimeConfig
 from slotune.loop.state import HistoryRecord, TuningState
-from slotune.metrics.snapshot import LatencyMetric
 from slotune.metrics.window import UnavailableReason
+from slotune.settings import AdminTransport, load_settings
+from slotune.snapshot import LatencyMetric
 
 
 def deployment(generation: int = 2, observed: int = 2, wanted: int = 2, **status: int) -> dict:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from slotune.knobs import Quantization, RuntimeConfig, SpeculativeConfig, SpeculativeMethod
-from slotune.loadgen.workload import LengthDistribution, PlannedRequest, Profile, WorkloadSpec, plan_requests
-from slotune.metrics.snapshot import Source
 from slotune.perfmodel import accelerator, model_profile
 from slotune.simulator import Deployment, simulate, simulate_workload
+from slotune.snapshot import Source
+from slotune.workload import LengthDistribution, PlannedRequest, Profile, WorkloadSpec, plan_requests
 
 H100 = Deployment(model_profile("llama-3.1-8b"), accelerator("h100"))
 L4 = Deployment(model_profile("llama-3.1-8b"), accelerator("l4"))

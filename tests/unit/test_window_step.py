@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from slotune.knobs import RuntimeConfig, SpeculativeConfig
-from slotune.loadgen.workload import Profile, WorkloadSpec
 from slotune.perfmodel import Deployment
 from slotune.perfmodel.window_step import speed_ratio
 from slotune.simulator import simulate_workload
+from slotune.workload import Profile, WorkloadSpec
 
 H100 = Deployment.from_names("llama-3.1-8b", "h100")
 L4 = Deployment.from_names("llama-3.1-8b", "l4")

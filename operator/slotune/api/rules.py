@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
 
 from slotune.knobs import SpeculativeConfig
-from slotune.loadgen.workload import LengthDistribution, WorkloadSpec
 from slotune.slo import PercentileTargets, SLOSpec
+from slotune.workload import LengthDistribution, WorkloadSpec
 
 RULE_ERROR = "cel_rule"
 

@@ -2,7 +2,7 @@
 
 Every field carries a description (it becomes `kubectl explain` text), bounds and defaults; cross-field rules are
 `Rule`s, enforced by pydantic here and by CEL in the generated CRD. `spec.slo` is `slotune.slo.SLOSpec`,
-`spec.workload` is `slotune.loadgen.workload.WorkloadSpec`, and `spec.runtime.config` (the starting knobs) is
+`spec.workload` is `slotune.workload.WorkloadSpec`, and `spec.runtime.config` (the starting knobs) is
 `slotune.knobs.RuntimeConfig` without `replicas`, which lives at `spec.replicas`.
 """
 
@@ -18,8 +18,8 @@ from pydantic_core import PydanticCustomError
 from slotune.api.rules import RULE_ERROR, ApiModel, Rule
 from slotune.api.tuning import Knob, TuningMode, TuningSpec
 from slotune.knobs import Engine, RuntimeConfig, SpeculativeMethod
-from slotune.loadgen.workload import WorkloadSpec
 from slotune.slo import SLOSpec
+from slotune.workload import WorkloadSpec
 
 
 class Accelerator(StrEnum):

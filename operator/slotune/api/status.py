@@ -16,7 +16,7 @@ from pydantic import Field
 from slotune.api.rules import ApiModel
 from slotune.api.tuning import Knob
 from slotune.knobs import RuntimeConfig
-from slotune.metrics.snapshot import LatencySummary, MetricsSnapshot
+from slotune.snapshot import LatencySummary, MetricsSnapshot
 
 MAX_HISTORY = 20
 

@@ -24,7 +24,6 @@ import httpx
 
 from slotune.api import TunedModel
 from slotune.backends.kube_api import KubeAPI, KubeError, object_path
-from slotune.settings import AdminTransport, OperatorSettings
 from slotune.knobs import Engine, RuntimeConfig
 from slotune.loop.protocols import ApplyResult
 from slotune.resources import (
@@ -37,6 +36,7 @@ from slotune.resources import (
     config_from_annotation,
     selector_labels,
 )
+from slotune.settings import AdminTransport, OperatorSettings
 
 log = logging.getLogger(__name__)
 

@@ -13,12 +13,12 @@ from collections.abc import Callable
 
 from slotune.api import TunedModel
 from slotune.backends.kubernetes import OperatorStopping
-from slotune.settings import OperatorSettings
 from slotune.metrics.names import names_for
 from slotune.metrics.promql import Selector, promql_snapshot
-from slotune.metrics.snapshot import MetricsSnapshot
 from slotune.metrics.window import MetricsUnavailable, UnavailableReason
 from slotune.resources import ChildNames
+from slotune.settings import OperatorSettings
+from slotune.snapshot import MetricsSnapshot
 
 
 class PromQLSource:

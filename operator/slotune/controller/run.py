@@ -17,11 +17,11 @@ from slotune.backends.kube_api import KubeAPI
 from slotune.backends.kubernetes import KubernetesBackend
 from slotune.controller.events import EventRecorder, transition_events
 from slotune.controller.measure import PromQLSource
-from slotune.settings import OperatorSettings
 from slotune.controller.status import Health, StatusStateStore
 from slotune.knobs import RuntimeConfig
 from slotune.loop import ApplyResult, MetricsUnavailable, Tuner, TuningProblem, TuningState
 from slotune.perfmodel.model_profile import LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3_2_1B, MODELS, ModelProfile
+from slotune.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
 _BY_SIZE = (("70b", LLAMA_3_1_70B), ("8b", LLAMA_3_1_8B), ("1b", LLAMA_3_2_1B))

@@ -1,6 +1,6 @@
 """Load generation and client-side measurement: workloads, the streaming client, percentiles and A/B comparison."""
 
-from slotune.loadgen.workload import (
+from slotune.workload import (
     Arrival,
     LengthDistribution,
     PlannedRequest,

@@ -14,8 +14,8 @@ from slotune.loadgen.plots import plot_latency_cdfs
 from slotune.loadgen.prompts import load_trace
 from slotune.loadgen.runner import RunPlan, run_workload
 from slotune.loadgen.stats import summarize
-from slotune.loadgen.workload import Arrival, Profile, WorkloadSpec
 from slotune.slo import SLOSpec
+from slotune.workload import Arrival, Profile, WorkloadSpec
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

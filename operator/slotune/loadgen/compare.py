@@ -22,7 +22,7 @@ from enum import StrEnum
 import numpy as np
 from scipy import special
 
-from slotune.metrics.snapshot import Histogram
+from slotune.snapshot import Histogram
 
 METHOD = "quantile test: pooled-quantile threshold, one-sided Fisher exact test on exceedance counts"
 

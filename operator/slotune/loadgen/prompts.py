@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from slotune.loadgen.workload import PlannedRequest
+from slotune.workload import PlannedRequest
 
 WORDS = ("the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on", "not",
          "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "had", "they", "you")

@@ -22,7 +22,7 @@ from rich.progress import Progress
 from slotune.loadgen.client import send_completion
 from slotune.loadgen.prompts import TraceRequest, prompt_for, tokens_per_word
 from slotune.loadgen.record import RequestRecord
-from slotune.loadgen.workload import PlannedRequest, WorkloadSpec, iter_requests, plan_requests
+from slotune.workload import PlannedRequest, WorkloadSpec, iter_requests, plan_requests
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from slotune.loadgen.record import RequestRecord
-from slotune.metrics.snapshot import LatencyMetric, LatencySummary, MetricsSnapshot, Source
 from slotune.slo import SLOSpec
+from slotune.snapshot import LatencyMetric, LatencySummary, MetricsSnapshot, Source
 
 REPORTED_PERCENTILES = (50, 90, 95, 99)
 BOOTSTRAP_RESAMPLES = 1000

@@ -19,13 +19,13 @@ import httpx
 from slotune.knobs import Engine
 from slotune.loadgen.runner import RunPlan, run_workload
 from slotune.loadgen.stats import client_snapshot
-from slotune.loadgen.workload import WorkloadSpec
 from slotune.metrics.exposition import Exposition
 from slotune.metrics.names import MetricNames, names_for
 from slotune.metrics.promql import Selector, promql_snapshot
 from slotune.metrics.scrape import fetch_exposition, readings_from_scrapes
-from slotune.metrics.snapshot import MetricsSnapshot, Source
 from slotune.metrics.window import MetricsUnavailable, UnavailableReason
+from slotune.snapshot import MetricsSnapshot, Source
+from slotune.workload import WorkloadSpec
 
 _CLIENT_FIELDS = ("ttft", "tpot", "itl", "e2e", "request_rate_per_s", "prompt_tokens_per_s", "generation_tokens_per_s",
                   "mean_prompt_tokens", "mean_generation_tokens", "num_failed_requests", "num_requests")

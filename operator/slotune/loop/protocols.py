@@ -13,8 +13,8 @@ from typing import Protocol
 
 from slotune.knobs import RuntimeConfig
 from slotune.loop.state import TuningState
-from slotune.metrics.snapshot import MetricsSnapshot
 from slotune.metrics.window import MetricsUnavailable  # noqa: F401  (re-exported: one exception for every source)
+from slotune.snapshot import MetricsSnapshot
 
 
 @dataclass(frozen=True)

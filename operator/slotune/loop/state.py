@@ -23,7 +23,7 @@ from slotune.api.status import (
 )
 from slotune.api.tuning import Knob
 from slotune.knobs import RuntimeConfig
-from slotune.metrics.snapshot import LatencyMetric, MetricsSnapshot
+from slotune.snapshot import LatencyMetric, MetricsSnapshot
 
 
 class _Frozen(BaseModel):

@@ -19,10 +19,8 @@ from slotune.api.status import DiagnosisReport, Observed, Phase, Verdict
 from slotune.api.tuning import Knob, TuningSpec
 from slotune.diagnosis import diagnose
 from slotune.knobs import RuntimeConfig
-from slotune.loadgen.workload import WorkloadSpec
 from slotune.loop.protocols import Backend, MeasurementSource, MetricsUnavailable, StateStore
 from slotune.loop.state import HistoryRecord, InfeasibleReport, PendingChange, TuningState, now_utc
-from slotune.metrics.snapshot import MetricsSnapshot
 from slotune.perfmodel.accelerators import accelerator
 from slotune.perfmodel.deployment import Deployment
 from slotune.perfmodel.model_profile import ModelProfile
@@ -38,7 +36,9 @@ from slotune.policy import (
     propose_trim,
 )
 from slotune.slo import SLOSpec
+from slotune.snapshot import MetricsSnapshot
 from slotune.verification import verify
+from slotune.workload import WorkloadSpec
 
 RETUNE_AFTER_MISSED_WINDOWS = 2
 SPEED_WINDOWS = 8  # recent windows whose measured/predicted step time calibrates the profile (their median)

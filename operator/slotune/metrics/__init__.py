@@ -3,8 +3,8 @@
 from slotune.metrics.names import Engine, MetricNames, names_for
 from slotune.metrics.promql import PrometheusClient, Selector, promql_snapshot
 from slotune.metrics.scrape import scrape_snapshot
-from slotune.metrics.snapshot import Histogram, LatencyMetric, LatencySummary, MetricsSnapshot, Source
 from slotune.metrics.window import MetricsUnavailable, UnavailableReason
+from slotune.snapshot import Histogram, LatencyMetric, LatencySummary, MetricsSnapshot, Source
 
 __all__ = [
     "Engine",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 
-from slotune.metrics.snapshot import LatencyMetric
+from slotune.snapshot import LatencyMetric
 
 
 class Engine(StrEnum):

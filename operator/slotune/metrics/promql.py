@@ -17,8 +17,8 @@ import httpx
 
 from slotune.metrics.exposition import HistogramReading
 from slotune.metrics.names import MetricNames, counter_sample
-from slotune.metrics.snapshot import Histogram, LatencyMetric, LatencySummary, MetricsSnapshot, Source
 from slotune.metrics.window import MetricsUnavailable, UnavailableReason, WindowReadings, require_samples
+from slotune.snapshot import Histogram, LatencyMetric, LatencySummary, MetricsSnapshot, Source
 
 QUANTILES = (0.5, 0.95, 0.99)
 

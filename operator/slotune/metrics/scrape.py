@@ -15,7 +15,6 @@ import httpx
 
 from slotune.metrics.exposition import Exposition, HistogramReading, add_histograms
 from slotune.metrics.names import MetricNames
-from slotune.metrics.snapshot import LatencyMetric, MetricsSnapshot, Source
 from slotune.metrics.window import (
     MetricsUnavailable,
     UnavailableReason,
@@ -23,6 +22,7 @@ from slotune.metrics.window import (
     require_samples,
     summary_from_reading,
 )
+from slotune.snapshot import LatencyMetric, MetricsSnapshot, Source
 
 
 def fetch_exposition(client: httpx.Client, url: str) -> Exposition:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from slotune.metrics.exposition import HistogramReading
-from slotune.metrics.snapshot import Histogram, LatencyMetric, LatencySummary, MetricsSnapshot, Source
+from slotune.snapshot import Histogram, LatencyMetric, LatencySummary, MetricsSnapshot, Source
 
 
 def summary_from_reading(reading: HistogramReading | None) -> LatencySummary:

@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from slotune.knobs import RuntimeConfig
-from slotune.metrics.snapshot import MetricsSnapshot
 from slotune.perfmodel.deployment import Deployment
 from slotune.perfmodel.roofline import StepShape
+from slotune.snapshot import MetricsSnapshot
 
 SPEED_RATIO_BOUNDS = (0.5, 4.0)  # beyond these the window, not the hardware, is the likelier explanation
 

@@ -8,10 +8,10 @@ from typing import NamedTuple
 
 from slotune.api.tuning import Knob, TuningSpec
 from slotune.knobs import RuntimeConfig
-from slotune.loadgen.workload import WorkloadSpec
-from slotune.metrics.snapshot import LatencyMetric, MetricsSnapshot
 from slotune.perfmodel.deployment import Deployment
 from slotune.slo import SLOSpec
+from slotune.snapshot import LatencyMetric, MetricsSnapshot
+from slotune.workload import WorkloadSpec
 
 
 @dataclass(frozen=True)

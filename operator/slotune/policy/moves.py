@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 from slotune.api.tuning import Knob
 from slotune.knobs import Quantization, RuntimeConfig, SpeculativeConfig
-from slotune.metrics.snapshot import LatencyMetric
 from slotune.perfmodel import capacity
 from slotune.policy.inputs import PolicyInput, Remedy
 from slotune.policy.sizing import max_replicas, replicas_for_load, tpot_target
+from slotune.snapshot import LatencyMetric
 
 PRIOR_ACCEPTANCE = 0.5  # per-token acceptance assumed before speculation was ever measured
 MIN_SPECULATION_SPEEDUP = 1.3  # predicted decode speedup worth a change whose acceptance is only a prior

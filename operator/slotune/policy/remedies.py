@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from slotune.api.tuning import Knob
 from slotune.diagnosis import Bottleneck, Diagnosis
-from slotune.metrics.snapshot import LatencyMetric
 from slotune.perfmodel import capacity
 from slotune.policy.inputs import PolicyInput, Remedy
 from slotune.policy.moves import (
@@ -19,6 +18,7 @@ from slotune.policy.moves import (
 )
 from slotune.policy.sizing import batch_binds, batch_failed, load_of, pow2_at_most, replicas_for_load, tpot_target
 from slotune.slo import SLOSpec
+from slotune.snapshot import LatencyMetric
 
 LOW_BANDWIDTH_BYTES_PER_S = 1e12  # below this, weights dominate decode: quantize before speculating
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from slotune.knobs import RuntimeConfig
-from slotune.loadgen.workload import WorkloadSpec
 from slotune.loop.protocols import ApplyResult
-from slotune.metrics.snapshot import MetricsSnapshot
 from slotune.metrics.window import MetricsUnavailable, UnavailableReason
 from slotune.perfmodel.deployment import Deployment
 from slotune.simulator.cluster import simulate_workload
+from slotune.snapshot import MetricsSnapshot
+from slotune.workload import WorkloadSpec
 
 
 @dataclass

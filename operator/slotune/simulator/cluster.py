@@ -11,11 +11,11 @@ from dataclasses import dataclass
 __all__ = ["Deployment", "SimulationResult", "simulate", "simulate_workload"]
 
 from slotune.knobs import RuntimeConfig, SpeculativeMethod
-from slotune.loadgen.workload import PlannedRequest, WorkloadSpec, plan_requests
-from slotune.metrics.snapshot import MetricsSnapshot
 from slotune.perfmodel.deployment import Deployment
 from slotune.simulator.replica import ReplicaResult, ReplicaSimulator, RequestRecord, SpeculationModel
 from slotune.simulator.window import build_snapshot
+from slotune.snapshot import MetricsSnapshot
+from slotune.workload import PlannedRequest, WorkloadSpec, plan_requests
 
 # A draft model costs about this fraction of a target decode step per drafted token (a ~10x smaller model).
 DRAFT_MODEL_COST_PER_TOKEN = 0.1

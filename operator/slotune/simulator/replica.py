@@ -17,8 +17,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from slotune.knobs import RuntimeConfig
-from slotune.loadgen.workload import PlannedRequest
 from slotune.perfmodel.roofline import StepShape, StepTimeModel
+from slotune.workload import PlannedRequest
 
 
 @dataclass(frozen=True)

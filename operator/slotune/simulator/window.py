@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from slotune.knobs import RuntimeConfig
-from slotune.loadgen.workload import PlannedRequest
-from slotune.metrics.snapshot import Histogram, LatencySummary, MetricsSnapshot, Source
 from slotune.simulator.replica import ReplicaResult, RequestRecord
+from slotune.snapshot import Histogram, LatencySummary, MetricsSnapshot, Source
+from slotune.workload import PlannedRequest
 
 ITL_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10, 20, 40, 80,
                  float("inf"))

@@ -17,14 +17,14 @@ import math
 from dataclasses import dataclass
 
 from slotune.knobs import RuntimeConfig
-from slotune.loadgen.workload import plan_requests
 from slotune.loop.tuner import badness
-from slotune.metrics.snapshot import MetricsSnapshot
 from slotune.simulator.cluster import SimulationResult, simulate
 from slotune.simulator.replica import RequestRecord
 from slotune.simulator.window import tpot_ms
 from slotune.slo import SLOSpec
+from slotune.snapshot import MetricsSnapshot
 from slotune.tunerbench.scenario import Scenario
+from slotune.workload import plan_requests
 
 SCORED_WINDOWS = 2
 

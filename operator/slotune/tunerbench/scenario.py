@@ -15,10 +15,10 @@ from pydantic.alias_generators import to_camel
 
 from slotune.api.tuning import TuningSpec
 from slotune.knobs import RuntimeConfig
-from slotune.loadgen.workload import WorkloadSpec
 from slotune.perfmodel.deployment import Deployment
 from slotune.perfmodel.roofline import Efficiency
 from slotune.slo import SLOSpec
+from slotune.workload import WorkloadSpec
 
 
 class HardwareSkew(BaseModel):

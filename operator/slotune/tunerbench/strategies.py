@@ -21,8 +21,8 @@ import optuna
 from slotune.api.status import Phase
 from slotune.knobs import RuntimeConfig
 from slotune.loop import ApplyResult, MemoryStateStore, Tuner, TuningProblem
-from slotune.metrics.snapshot import MetricsSnapshot
 from slotune.metrics.window import MetricsUnavailable, UnavailableReason
+from slotune.snapshot import MetricsSnapshot
 from slotune.tunerbench.evaluator import Evaluation, Evaluator
 from slotune.tunerbench.space import all_configs, config_of, dimensions
 

@@ -15,7 +15,7 @@ nothing got worse. A/A pairs (the same config twice) rarely pass (tests/unit/tes
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -95,7 +95,19 @@ def verify(before: MetricsSnapshot, after: MetricsSnapshot, target: LatencyMetri
            tolerance: float = TOLERANCE, costs_nothing: bool = False,
            earlier_after: MetricsSnapshot | None = None) -> Verification:
     """`earlier_after`: a window of the same change measured before `after` whose verdict was inconclusive; the
-    targeted metric is then tested on both windows pooled (the other metrics and the SLO on `after` alone)."""
+    targeted metric is then tested on both windows pooled (the other metrics and the SLO on `after` alone).
+    A speculation change rolled back says the draft acceptance it measured, so the history shows why it lost."""
+    verdict = _verify(before, after, target, percentile, slo, tolerance, costs_nothing, earlier_after)
+    measured = after.spec_acceptance_rate
+    if not verdict.keep and measured is not None and before.spec_acceptance_rate is None:
+        return replace(verdict, reason=f"{verdict.reason}; measured draft acceptance {measured:.2f} (accepted / "
+                       "drafted tokens)")
+    return verdict
+
+
+def _verify(before: MetricsSnapshot, after: MetricsSnapshot, target: LatencyMetric, percentile: int, slo: SLOSpec,
+           tolerance: float = TOLERANCE, costs_nothing: bool = False,
+           earlier_after: MetricsSnapshot | None = None) -> Verification:
     targeted_after = after.latency(target)
     if earlier_after is not None:
         targeted_after = earlier_after.latency(target).pooled(targeted_after)

@@ -5,7 +5,8 @@ tokens per second; prefill is compute work that overlaps bandwidth-bound decode 
 rho = rate_per_replica * max(output_tokens * step(B) / B, prefill_s + decode compute), the busy fraction of an
 M/G/1-like server; queueing delay grows as 1 / (1 - rho), so a replica is sized
 for rho <= TARGET_UTILIZATION. The effective batch is bounded by max_num_seqs, by the KV cache, and (when a TPOT
-target is given) by the largest batch whose step still meets it.
+target is given) by the largest batch whose step still meets it. Under speculative decoding a decode "step" is one
+verification step over the tokens it yields at the workload's draft acceptance (`floors.decode_token_s`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 from slotune.knobs import RuntimeConfig
 from slotune.perfmodel.deployment import Deployment
+from slotune.perfmodel.floors import PRIOR_ACCEPTANCE, decode_token_s
 from slotune.perfmodel.roofline import StepShape
 
 TARGET_UTILIZATION = 0.7
@@ -29,6 +31,7 @@ class Load:
     mean_prompt_tokens: float
     mean_output_tokens: float
     cached_prompt_share: float = 0.0  # fraction of prompt tokens a prefix cache can skip
+    spec_acceptance: float = PRIOR_ACCEPTANCE  # per-token draft acceptance on this text (speculative configs)
 
 
 def effective_batch(deployment: Deployment, config: RuntimeConfig, load: Load, tpot_target_ms: float | None) -> int:
@@ -50,7 +53,7 @@ def mean_step_s(deployment: Deployment, config: RuntimeConfig, load: Load, batch
     steps per second are p / t_mixed + (1 - p) / t_decode."""
     step = deployment.step_model(config)
     context = load.mean_prompt_tokens + load.mean_output_tokens / 2
-    decode_s = step.decode_step_s(batch, context)
+    decode_s = decode_token_s(deployment, config, batch, context, load.spec_acceptance)
     chunk = min(config.max_num_batched_tokens, max(1, round(load.mean_prompt_tokens)))
     mixed_s = step.step_time_s(StepShape(num_prefill_tokens=chunk, prefill_attention_tokens=chunk * chunk / 2,
                                          num_decode_seqs=batch, decode_context_tokens=batch * context))
@@ -74,7 +77,8 @@ def service_s(deployment: Deployment, config: RuntimeConfig, load: Load, tpot_ta
     step = deployment.step_model(config)
     batch = effective_batch(deployment, config, load, tpot_target_ms)
     context = load.mean_prompt_tokens + load.mean_output_tokens / 2
-    decode_s = load.mean_output_tokens * step.decode_step_s(batch, context) / batch
+    decode_s = load.mean_output_tokens * decode_token_s(deployment, config, batch, context,
+                                                        load.spec_acceptance) / batch
     # Chunked prefill rides along in decode steps: bandwidth-bound decode leaves compute idle for prompt tokens, so
     # the two overlap and the replica is busy for whichever is larger (a roofline on throughput).
     decode_compute_s = load.mean_output_tokens * step.cost(StepShape(num_decode_seqs=1)).compute_s / step.eff.compute

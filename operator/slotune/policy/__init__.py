@@ -17,10 +17,11 @@ Layout: `inputs` (what the policy reads and answers), `remedies` (per bottleneck
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 from slotune.api.tuning import Knob
-from slotune.diagnosis import Diagnosis
+from slotune.diagnosis import Diagnosis, diagnose
 from slotune.knobs import RuntimeConfig
 from slotune.policy.infeasible import infeasible
 from slotune.policy.inputs import Infeasible, PolicyInput, Proposal, Remedy
@@ -35,21 +36,43 @@ from slotune.policy.sizing import (
     replicas_for_load,
 )
 
+log = logging.getLogger(__name__)
+
 __all__ = ["MAX_MOVE_ATTEMPTS", "Infeasible", "PolicyInput", "Proposal", "costs_nothing", "move_key", "propose",
-           "propose_headroom", "propose_trim"]
+           "propose_headroom", "propose_trim", "weigh_knobs"]
 
 
 def propose(diagnosis: Diagnosis, given: PolicyInput) -> Proposal | Infeasible:
     primary = diagnosis.primary
     if primary is None:
         raise ValueError("nothing to propose: the window meets every SLO target")
-    for config, knob, why, target in remedies_for(diagnosis, given):
-        if admissible(config, knob, given):
-            metric = target or primary.target.metric
-            percentile = percentile_of(given.slo, metric, primary.target.percentile) if target else (
+    diagnosis = weigh_knobs(diagnosis, given)
+    try:
+        remedies = remedies_for(diagnosis, given)
+    except ValueError as error:  # a remedy the knob schema refuses is a policy bug: never let it stop the loop
+        log.exception("policy: building remedies failed")
+        remedies = []
+        diagnosis = replace(diagnosis, evidence=(*diagnosis.evidence, f"policy error: {error}"))
+    for remedy in remedies:
+        if admissible(remedy.config, remedy.knob, given, revisit=remedy.revisit):
+            metric = remedy.target or primary.target.metric
+            percentile = percentile_of(given.slo, metric, primary.target.percentile) if remedy.target else (
                 primary.target.percentile)
-            return Proposal(config, knob, describe_change(given.config, config, knob), why, metric, percentile)
+            return Proposal(remedy.config, remedy.knob, describe_change(given.config, remedy.config, remedy.knob),
+                            remedy.why, metric, percentile)
     return infeasible(diagnosis, given)
+
+
+def weigh_knobs(diagnosis: Diagnosis, given: PolicyInput) -> Diagnosis:
+    """The diagnosis with floors over every config the spec allows (precision, speculation at the measured
+    acceptance), when the caller diagnosed without them; its extra evidence lines are kept."""
+    if diagnosis.weighed_knobs or diagnosis.primary is None:
+        return diagnosis
+    args = (given.snapshot, given.config, given.slo, given.deployment, given.workload)
+    weighed = diagnose(*args, given.tuning, given.spec_acceptance, given.draft_model)
+    plain = diagnose(*args, None, given.spec_acceptance)
+    extra = diagnosis.evidence[len(plain.evidence):]  # what the caller added (the measured speed)
+    return replace(weighed, evidence=(*weighed.evidence, *extra))
 
 
 def propose_trim(given: PolicyInput) -> Proposal | None:
@@ -68,7 +91,7 @@ def propose_trim(given: PolicyInput) -> Proposal | None:
         retry = Remedy(c.with_changes(replicas=prepared), Knob.REPLICAS, f"headroom added for {prepared} replicas")
         candidates = [retry, *candidates]
     target = given.slo.targets()[0]
-    for config, knob, why, _ in candidates:
+    for config, knob, why, *_ in candidates:
         if admissible(config, knob, given):
             return Proposal(config, knob, describe_change(c, config, knob), why, target.metric, target.percentile,
                             trim=True)
@@ -83,7 +106,7 @@ def propose_headroom(diagnosis: Diagnosis, failed: PolicyInput, current: Runtime
         return None
     here = replace(failed, config=current)
     target = failed.slo.targets()[0]
-    for config, knob, why, _ in remedies_for(diagnosis, failed):
+    for config, knob, why, *_ in remedies_for(diagnosis, failed):
         if knob is Knob.REPLICAS:
             continue
         moved = current.with_changes(**{name: getattr(config, name) for name in failed.config.changed_knobs(config)})

@@ -18,7 +18,9 @@ def infeasible(diagnosis: Diagnosis, given: PolicyInput) -> Infeasible:
     reason = (f"{diagnosis.bottleneck.value}: no allowed change left that could help "
               f"({', '.join(r.target.name for r in diagnosis.violated)} still violated)")
     if diagnosis.out_of_reach:
-        reason = f"{', '.join(diagnosis.out_of_reach)} below what these weights can do on this hardware"
+        reason = (f"{', '.join(diagnosis.out_of_reach)} below what any allowed config can do on this hardware "
+                  f"(the least TPOT floor {diagnosis.floors.reachable_tpot_ms:.1f} ms, "
+                  f"{diagnosis.floors.best_config.describe()}, at draft acceptance {diagnosis.acceptance:.2f})")
     return Infeasible(closest, reason, tuple(needs))
 
 
@@ -28,8 +30,8 @@ def _needs(diagnosis: Diagnosis, given: PolicyInput, closest: RuntimeConfig) -> 
     if diagnosis.bottleneck in (Bottleneck.CAPACITY, Bottleneck.PREFILL) and replicas > max_replicas(given):
         found.append(f"about {replicas} replicas (maxReplicas is {max_replicas(given)})")
     target = tpot_target(given.slo)
-    if target is not None and diagnosis.floors.tpot_ms > target:
-        factor = diagnosis.floors.tpot_ms / target
+    if target is not None and diagnosis.floors.reachable_tpot_ms > target:
+        factor = diagnosis.floors.reachable_tpot_ms / target
         faster = [a.name for a in ACCELERATORS.values() if a.memory_bandwidth_bytes_per_s >=
                   factor * given.deployment.accelerator.memory_bandwidth_bytes_per_s]
         found.append(f"an accelerator with {factor:.1f}x the memory bandwidth ({', '.join(faster) or 'none known'}) "

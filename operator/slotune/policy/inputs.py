@@ -46,6 +46,8 @@ class PolicyInput:
     closest: RuntimeConfig | None = None
     workload: WorkloadSpec | None = None
     prepared_replicas: int | None = None  # a headroom change was just kept to make this replica count hold
+    spec_acceptance: float | None = None  # per-token draft acceptance measured on this workload; None: never
+    draft_model: str | None = None  # spec.model.draftModel: draft_model speculation only with one
 
 
 class Remedy(NamedTuple):
@@ -53,3 +55,4 @@ class Remedy(NamedTuple):
     knob: Knob
     why: str
     target: LatencyMetric | None = None  # the metric it should improve, when not the worst violated one
+    revisit: bool = False  # may return to a config tried before (speculation off after acceptance made it a loss)

@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slotune.api.tuning import Knob
-from slotune.knobs import Quantization, RuntimeConfig, SpeculativeConfig
+from slotune.knobs import Quantization, RuntimeConfig
 from slotune.perfmodel import capacity
+from slotune.perfmodel.floors import decode_token_s, expected_tokens_per_step, speculation_options
 from slotune.policy.inputs import PolicyInput, Remedy
-from slotune.policy.sizing import max_replicas, replicas_for_load, tpot_target
+from slotune.policy.sizing import acceptance_of, max_replicas, replicas_for_load, tpot_target
 from slotune.snapshot import LatencyMetric
 
-PRIOR_ACCEPTANCE = 0.5  # per-token acceptance assumed before speculation was ever measured
 MIN_SPECULATION_SPEEDUP = 1.3  # predicted decode speedup worth a change whose acceptance is only a prior
 
 
@@ -70,22 +70,55 @@ def quantize(given: PolicyInput, why: str) -> Remedy | None:
 
 def speculate(given: PolicyInput, batch: float) -> Remedy | None:
     """Speculation where the roofline says verifying k drafted tokens costs little more than one: decode is bound
-    by reading weights, not by compute, at this batch (small batches, low-bandwidth accelerators). Proposed only if
-    the predicted speedup at the window's batch is worth it and the throughput floor still holds."""
-    c, bounds, floor = given.config, given.tuning.bounds, given.slo.min_throughput
+    by reading weights, not by compute, at this batch (small batches, low-bandwidth accelerators). The yield per
+    step comes from the workload's measured acceptance (the prior before any measurement), so the number of drafts is
+    the one with the best predicted speedup. Proposed only if that speedup is worth it and the throughput floor still
+    holds; draft_model only with spec.model.draftModel."""
+    c, floor = given.config, given.slo.min_throughput
     if c.speculative is not None:
         return None
-    k = min(max(4, bounds.num_speculative_tokens.min), bounds.num_speculative_tokens.max)
-    method = bounds.speculative_methods[0]
-    config = c.with_changes(speculative=SpeculativeConfig(method=method, num_speculative_tokens=k,
-                                                          draft_model=None).model_dump())
-    predicted = speculation_estimate(given, config, batch)
+    best: tuple[SpeculationEstimate, RuntimeConfig] | None = None
+    bounds = given.tuning.bounds.num_speculative_tokens
+    for k in range(bounds.min, bounds.max + 1):
+        for option in speculation_options(c, given.tuning, given.draft_model, k):
+            config = c.with_changes(speculative=option.model_dump())
+            predicted = speculation_estimate(given, config, batch)
+            if best is None or predicted.speedup > best[0].speedup:
+                best = (predicted, config)
+    if best is None:
+        return None
+    predicted, config = best
     if predicted.speedup < MIN_SPECULATION_SPEEDUP or (
             floor is not None and predicted.tokens_per_s * c.replicas < floor):
         return None
+    assert config.speculative is not None
     return Remedy(config, Knob.SPECULATIVE, f"decode is bound by weight reads at {batch:.1f} sequences per step: "
-                  f"verifying {k} drafted tokens costs x{predicted.step_cost:.2f} a step, a predicted "
-                  f"x{predicted.speedup:.1f} per token")
+                  f"verifying {config.speculative.num_speculative_tokens} drafted tokens costs "
+                  f"x{predicted.step_cost:.2f} a step, a predicted x{predicted.speedup:.1f} per token at "
+                  f"{_acceptance_source(given)}")
+
+
+def unspeculate(given: PolicyInput) -> Remedy | None:
+    """Speculation off where the acceptance measured under it makes it a loss (each token costs more than without
+    drafts): the text stopped being predictable, or never was."""
+    c = given.config
+    if c.speculative is None or given.snapshot.spec_acceptance_rate is None:
+        return None
+    plain = c.with_changes(speculative=None)
+    batch = given.snapshot.num_running_mean or 1.0
+    predicted = speculation_estimate(given, c, batch, plain)
+    if predicted.speedup >= 1.0:
+        return None
+    return Remedy(plain, Knob.SPECULATIVE, f"measured draft acceptance {given.snapshot.spec_acceptance_rate:.2f} "
+                  f"makes speculation a loss: a predicted x{predicted.speedup:.2f} per token at {batch:.1f} "
+                  "sequences per step", LatencyMetric.TPOT, revisit=True)
+
+
+def _acceptance_source(given: PolicyInput) -> str:
+    a = acceptance_of(given)
+    measured = given.spec_acceptance is not None or (
+        given.config.speculative is not None and given.snapshot.spec_acceptance_rate is not None)
+    return f"measured acceptance {a:.2f}" if measured else f"a prior acceptance of {a:.2f} (not measured yet)"
 
 
 @dataclass(frozen=True)
@@ -95,14 +128,15 @@ class SpeculationEstimate:
     tokens_per_s: float  # one replica's decode throughput with speculation
 
 
-def speculation_estimate(given: PolicyInput, config: RuntimeConfig, batch: float) -> SpeculationEstimate:
-    """Speculation at `batch` sequences: the expected tokens a step yields with per-token acceptance a,
-    (1 - a^(k+1)) / (1 - a), against the roofline's cost of verifying k + 1 tokens per sequence."""
+def speculation_estimate(given: PolicyInput, config: RuntimeConfig, batch: float,
+                         plain: RuntimeConfig | None = None) -> SpeculationEstimate:
+    """Speculation at `batch` sequences: the expected tokens a step yields at the workload's acceptance,
+    (1 - a^(k+1)) / (1 - a), against the roofline's cost of verifying k + 1 tokens per sequence (and drafting them,
+    for a draft model). `plain` is the config without speculation (default: the current one)."""
     assert config.speculative is not None
     b, context = max(1, round(batch)), given.snapshot.mean_decode_context_tokens
-    k, a = config.speculative.num_speculative_tokens, PRIOR_ACCEPTANCE
-    tokens_per_step = (1 - a ** (k + 1)) / (1 - a)
-    plain_s = given.deployment.step_model(given.config).decode_step_s(b, context)
-    drafting_s = given.deployment.step_model(config).decode_step_s(b, context, tokens_per_seq=k + 1)
-    return SpeculationEstimate(tokens_per_step * plain_s / drafting_s, drafting_s / plain_s,
-                               b * tokens_per_step / drafting_s)
+    a, k = acceptance_of(given), config.speculative.num_speculative_tokens
+    plain_s = decode_token_s(given.deployment, plain or given.config, b, context)
+    per_token_s = decode_token_s(given.deployment, config, b, context, a)
+    tokens_per_step = expected_tokens_per_step(a, k)
+    return SpeculationEstimate(plain_s / per_token_s, per_token_s * tokens_per_step / plain_s, b / per_token_s)

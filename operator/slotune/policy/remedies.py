@@ -6,6 +6,7 @@ from __future__ import annotations
 from slotune.api.tuning import Knob
 from slotune.diagnosis import Bottleneck, Diagnosis
 from slotune.perfmodel import capacity
+from slotune.perfmodel.floors import decode_token_s
 from slotune.policy.inputs import PolicyInput, Remedy
 from slotune.policy.moves import (
     budget_cap,
@@ -15,8 +16,17 @@ from slotune.policy.moves import (
     quantize,
     replicas_remedy,
     speculate,
+    unspeculate,
 )
-from slotune.policy.sizing import batch_binds, batch_failed, load_of, pow2_at_most, replicas_for_load, tpot_target
+from slotune.policy.sizing import (
+    acceptance_of,
+    batch_binds,
+    batch_failed,
+    load_of,
+    pow2_at_most,
+    replicas_for_load,
+    tpot_target,
+)
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencyMetric
 
@@ -28,14 +38,53 @@ def percentile_of(slo: SLOSpec, metric: LatencyMetric, fallback: int) -> int:
 
 
 def remedies_for(diagnosis: Diagnosis, given: PolicyInput) -> list[Remedy]:
+    """Every remedy worth a window, most promising first: speculation off where measured acceptance makes it a
+    loss; then, where a TPOT target is below this config's floor but not the reachable one, the precision and
+    speculation changes that lower the floor, before the bottleneck's own list; the floor movers are considered under
+    every bottleneck where a TPOT target is violated. Nothing where a target is below every allowed config's floor."""
+    unspeculated = unspeculate(given)
+    head = [unspeculated] if unspeculated else []
+    if diagnosis.out_of_reach:  # below every allowed config's floor: no knob can meet it
+        return head
     by_bottleneck = {
         Bottleneck.CAPACITY: _capacity, Bottleneck.PREFIX_CACHE: _prefix_cache, Bottleneck.PREFILL: _prefill,
         Bottleneck.PREFILL_INTERFERENCE: _interference, Bottleneck.DECODE_BANDWIDTH: _decode,
     }
     remedies = by_bottleneck[diagnosis.bottleneck](given)
-    if diagnosis.out_of_reach:  # below the floor of these weights: only changing the weights' cost can help
-        return [r for r in remedies if r[1] in (Knob.QUANTIZATION, Knob.SPECULATIVE, Knob.ENABLE_PREFIX_CACHING)]
-    return remedies + _fallbacks(diagnosis.bottleneck, given)
+    movers = _floor_movers(diagnosis, given)
+    remedies = [*movers, *remedies] if diagnosis.below_floor else [*remedies, *movers]
+    return _unique([*head, *remedies, *_fallbacks(diagnosis.bottleneck, given)])
+
+
+def _floor_movers(diagnosis: Diagnosis, given: PolicyInput) -> list[Remedy]:
+    """Speculation and 8-bit weights, the knobs that lower the TPOT floor, wherever a TPOT target is violated:
+    whatever the window's bottleneck, a slower step than the target allows is theirs to fix too."""
+    if not any(r.target.metric is LatencyMetric.TPOT for r in diagnosis.violated):
+        return []
+    batch = given.snapshot.num_running_mean or 1.0
+    found = [r for r in (speculate(given, batch),
+                         quantize(given, "decode is bound by weight bytes per token: 8-bit weights halve them")) if r]
+    context = given.snapshot.mean_decode_context_tokens
+    acceptance, target = acceptance_of(given), tpot_target(given.slo) or 0.0
+    guessed = given.spec_acceptance is None and given.snapshot.spec_acceptance_rate is None
+
+    def rank(remedy: Remedy) -> tuple[bool, bool, float]:
+        # One that meets the target alone first; among those, one whose floor rests on no guess (speculation at
+        # the prior acceptance is one), then the lower floor.
+        floor_ms = decode_token_s(given.deployment, remedy.config, 1, context, acceptance) * 1000.0
+        return floor_ms > target, guessed and remedy.knob is Knob.SPECULATIVE, floor_ms
+
+    return sorted(found, key=rank)
+
+
+def _unique(remedies: list[Remedy]) -> list[Remedy]:
+    seen: set[str] = set()
+    found = []
+    for remedy in remedies:
+        if remedy.config.key() + str(remedy.config.replicas) not in seen:
+            seen.add(remedy.config.key() + str(remedy.config.replicas))
+            found.append(remedy)
+    return found
 
 
 def _fallbacks(bottleneck: Bottleneck, given: PolicyInput) -> list[Remedy]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from slotune.api.tuning import Knob
+from slotune.diagnosis import window_acceptance
 from slotune.knobs import RuntimeConfig, SpeculativeConfig
 from slotune.perfmodel import capacity
 from slotune.policy.inputs import PolicyInput
@@ -21,7 +22,14 @@ def load_of(given: PolicyInput) -> capacity.Load:
     if given.workload is not None and given.workload.shared_prefix_tokens:
         shared = (given.workload.shared_prefix_share or 0.0) * given.workload.shared_prefix_tokens / max(
             s.mean_prompt_tokens or 1.0, 1.0)
-    return capacity.Load(s.request_rate_per_s, s.mean_prompt_tokens or 1.0, s.mean_generation_tokens or 1.0, shared)
+    return capacity.Load(s.request_rate_per_s, s.mean_prompt_tokens or 1.0, s.mean_generation_tokens or 1.0, shared,
+                         acceptance_of(given))
+
+
+def acceptance_of(given: PolicyInput) -> float:
+    """Per-token draft acceptance: this window's when it speculates, else measured before on this workload, else
+    the prior."""
+    return window_acceptance(given.snapshot, given.config, given.spec_acceptance)
 
 
 def tpot_target(slo: SLOSpec) -> float | None:
@@ -49,8 +57,12 @@ def batch_failed(given: PolicyInput) -> bool:
     return any(move.startswith("max_num_seqs=") for move in given.rolled_back_moves)
 
 
-def admissible(config: RuntimeConfig, knob: Knob, given: PolicyInput) -> bool:
-    if knob not in given.tuning.knobs or config == given.config or config.key() in given.excluded_keys:
+def admissible(config: RuntimeConfig, knob: Knob, given: PolicyInput, revisit: bool = False) -> bool:
+    """`revisit`: a config tried before may be returned to (never one that failed to start: the deployment's
+    startup check still applies)."""
+    if knob not in given.tuning.knobs or config == given.config:
+        return False
+    if config.key() in given.excluded_keys and not revisit:
         return False
     if knob is not Knob.REPLICAS and given.rolled_back_moves.count(move_key(given.config, config)) >= \
             MAX_MOVE_ATTEMPTS:

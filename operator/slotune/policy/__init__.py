@@ -23,6 +23,7 @@ from dataclasses import replace
 from slotune.api.tuning import Knob
 from slotune.diagnosis import Diagnosis, diagnose
 from slotune.knobs import RuntimeConfig
+from slotune.policy.best_effort import capacity_steps, far_overload, roomiest, without_targets
 from slotune.policy.infeasible import infeasible
 from slotune.policy.inputs import Infeasible, PolicyInput, Proposal, Remedy
 from slotune.policy.moves import budget_cap, enable_prefix_cache, quantize
@@ -32,6 +33,7 @@ from slotune.policy.sizing import (
     admissible,
     costs_nothing,
     describe_change,
+    max_replicas,
     move_key,
     replicas_for_load,
 )
@@ -43,16 +45,33 @@ __all__ = ["MAX_MOVE_ATTEMPTS", "Infeasible", "PolicyInput", "Proposal", "costs_
 
 
 def propose(diagnosis: Diagnosis, given: PolicyInput) -> Proposal | Infeasible:
-    primary = diagnosis.primary
-    if primary is None:
+    """The next change, or Infeasible (with a best-effort change for the targets still in reach, if any)."""
+    if diagnosis.primary is None:
         raise ValueError("nothing to propose: the window meets every SLO target")
     diagnosis = weigh_knobs(diagnosis, given)
+    overload = far_overload(diagnosis, given)
+    if overload is not None:
+        found = infeasible(diagnosis, given)
+        reason = (f"the measured load needs about {overload} replicas even at {roomiest(given).describe()}; "
+                  f"maxReplicas is {max_replicas(given)}")
+        return replace(found, reason=reason, best_effort=_first(capacity_steps(given), diagnosis, given))
+    proposal = _first(_remedies(diagnosis, given), diagnosis, given)
+    if proposal is not None:
+        return proposal
+    return replace(infeasible(diagnosis, given), best_effort=_best_effort(diagnosis, given))
+
+
+def _remedies(diagnosis: Diagnosis, given: PolicyInput) -> list[Remedy]:
     try:
-        remedies = remedies_for(diagnosis, given)
-    except ValueError as error:  # a remedy the knob schema refuses is a policy bug: never let it stop the loop
+        return remedies_for(diagnosis, given)
+    except ValueError:  # a remedy the knob schema refuses is a policy bug: it must never stop the loop
         log.exception("policy: building remedies failed")
-        remedies = []
-        diagnosis = replace(diagnosis, evidence=(*diagnosis.evidence, f"policy error: {error}"))
+        return []
+
+
+def _first(remedies: list[Remedy], diagnosis: Diagnosis, given: PolicyInput) -> Proposal | None:
+    primary = diagnosis.primary
+    assert primary is not None
     for remedy in remedies:
         if admissible(remedy.config, remedy.knob, given, revisit=remedy.revisit):
             metric = remedy.target or primary.target.metric
@@ -60,7 +79,23 @@ def propose(diagnosis: Diagnosis, given: PolicyInput) -> Proposal | Infeasible:
                 primary.target.percentile)
             return Proposal(remedy.config, remedy.knob, describe_change(given.config, remedy.config, remedy.knob),
                             remedy.why, metric, percentile)
-    return infeasible(diagnosis, given)
+    return None
+
+
+def _best_effort(diagnosis: Diagnosis, given: PolicyInput) -> Proposal | None:
+    """With the out-of-reach targets set aside, what the others still call for."""
+    if not diagnosis.out_of_reach:
+        return None
+    reachable = without_targets(given.slo, diagnosis.out_of_reach)
+    if reachable is None:
+        return None
+    rest = replace(given, slo=reachable)
+    again = diagnose(given.snapshot, given.config, reachable, given.deployment, given.workload, given.tuning,
+                     given.spec_acceptance, given.draft_model)
+    if again.primary is None or again.out_of_reach:
+        return None
+    proposal = _first(_remedies(again, rest), again, rest)
+    return None if proposal is None else replace(proposal, reason=f"best effort: {proposal.reason}")
 
 
 def weigh_knobs(diagnosis: Diagnosis, given: PolicyInput) -> Diagnosis:

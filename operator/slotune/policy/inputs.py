@@ -30,6 +30,7 @@ class Infeasible:
     closest: RuntimeConfig
     reason: str
     needs: tuple[str, ...]
+    best_effort: Proposal | None = None  # a change that still improves the targets in reach
 
 
 @dataclass(frozen=True)

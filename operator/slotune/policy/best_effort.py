@@ -1,0 +1,78 @@
+"""When a target is out of reach: how to tell early, and what is still worth improving.
+
+Two kinds of evidence end the search early: a target below every allowed config's floor (`Diagnosis.out_of_reach`),
+and a load far beyond what the allowed replicas can carry even at the roomiest allowed config (the capacity model on
+the window's measured load; FAR_BEYOND leaves room for the model's error, so a load it puts within reach is still
+tried). Infeasible is declared then, and the other targets are still worth meeting: best effort is the policy's
+proposal against the SLO without the unreachable targets, or, for an overload, the step toward the most capacity
+the bounds allow (replicas, then batch), so the config reported as closest is close where it can be.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from slotune.api.tuning import Knob
+from slotune.diagnosis import Bottleneck, Diagnosis
+from slotune.knobs import RuntimeConfig
+from slotune.perfmodel import capacity
+from slotune.policy.inputs import PolicyInput, Remedy
+from slotune.policy.moves import enable_prefix_cache, quantize
+from slotune.policy.sizing import load_of, max_replicas, tpot_target
+from slotune.slo import SLOSpec
+
+FAR_BEYOND = 2.0  # needed / allowed replicas above which the capacity model's error cannot close the gap
+
+
+def roomiest(given: PolicyInput) -> RuntimeConfig:
+    """The current config with the most per-replica capacity the bounds allow, at the most replicas."""
+    c, bounds = given.config, given.tuning.bounds
+    roomy = c.with_changes(max_num_seqs=bounds.max_num_seqs.max, replicas=max_replicas(given))
+    for remedy in (enable_prefix_cache(given), quantize(given, "")):
+        if remedy is not None:
+            moved = c.changed_knobs(remedy.config)
+            roomy = roomy.with_changes(**{name: getattr(remedy.config, name) for name in moved})
+    return roomy
+
+
+def far_overload(diagnosis: Diagnosis, given: PolicyInput) -> int | None:
+    """Replicas the measured load needs at the roomiest allowed config, when that is far beyond maxReplicas, the
+    window queues (capacity is the bottleneck) and it runs every allowed replica (the verifying window); None
+    otherwise. A declared request rate must agree: one bursty window's arrivals-over-their-span reads many times
+    the mean rate, and a burst is not an overload."""
+    if diagnosis.bottleneck is not Bottleneck.CAPACITY or given.config.replicas < max_replicas(given):
+        return None
+    load, most, target = load_of(given), max_replicas(given), tpot_target(given.slo)
+    needed = capacity.replicas_needed(given.deployment, roomiest(given), load, target)
+    declared = given.workload.request_rate_per_s if given.workload is not None else None
+    if declared is not None and declared < load.request_rate_per_s:
+        calm = replace(load, request_rate_per_s=declared)
+        needed = min(needed, capacity.replicas_needed(given.deployment, roomiest(given), calm, target))
+    return needed if needed > FAR_BEYOND * most else None
+
+
+def capacity_steps(given: PolicyInput) -> list[Remedy]:
+    """Toward the most capacity the bounds allow: every replica, then the largest batch, one knob at a time."""
+    c, bounds = given.config, given.tuning.bounds
+    steps = [Remedy(c.with_changes(replicas=max_replicas(given)), Knob.REPLICAS,
+                    "best effort: the load is beyond every allowed replica count; serve as much of it as they can")]
+    limit = min(capacity.batch_limit(given.deployment, c, load_of(given), tpot_target(given.slo)),
+                bounds.max_num_seqs.max)
+    if limit > c.max_num_seqs:
+        steps.append(Remedy(c.with_changes(max_num_seqs=limit), Knob.MAX_NUM_SEQS,
+                            f"best effort: batches of up to {limit}, what the KV cache and the TPOT target allow"))
+    return [*steps, *(r for r in (enable_prefix_cache(given), quantize(given, "best effort: 8-bit weights")) if r)]
+
+
+def without_targets(slo: SLOSpec, names: tuple[str, ...]) -> SLOSpec | None:
+    """The SLO without the named targets (e.g. tpot_p99); None when none would be left."""
+    updates: dict[str, object] = {}
+    for target in slo.targets():
+        if target.name in names:
+            current = updates.get(target.metric.value, getattr(slo, target.metric.value))
+            updates[target.metric.value] = current.model_copy(update={f"p{target.percentile}": None})  # type: ignore[union-attr]
+    for metric, targets in list(updates.items()):
+        if all(targets.at(p) is None for p in (50, 95, 99)):  # type: ignore[attr-defined]
+            updates[metric] = None
+    reduced = slo.model_copy(update=updates)
+    return reduced if reduced.targets() else None

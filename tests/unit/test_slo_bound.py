@@ -1,0 +1,57 @@
+"""The SLO holds with confidence, not by a point estimate (issue 16, item 4): an order-statistic upper bound on each
+percentile, pooled over windows, with the margin stated."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from slotune.slo import SLOSpec
+from slotune.slo_bound import bounds, holds, order_statistic_rank, pool, tightened, upper_bound_ms
+from slotune.snapshot import LatencySummary, MetricsSnapshot, Source
+
+SLO = SLOSpec.model_validate({"ttft": {"p99": 800}})
+
+
+def _window(samples: np.ndarray, failed: int = 0) -> MetricsSnapshot:
+    return MetricsSnapshot(Source.SIMULATOR, 60.0, samples.size, ttft=LatencySummary.from_samples(samples),
+                           num_failed_requests=failed)
+
+
+def test_the_rank_is_the_smallest_order_statistic_with_the_confidence():
+    assert order_statistic_rank(150, 99, 0.8) is None  # 0.99^150 = 0.22: even the largest of 150 is not enough
+    k = order_statistic_rank(300, 99, 0.8)
+    assert k is not None and stats.binom.cdf(k - 1, 300, 0.99) >= 0.8 > stats.binom.cdf(k - 2, 300, 0.99)
+    assert order_statistic_rank(300, 50, 0.8) == int(stats.binom.ppf(0.8, 300, 0.5)) + 1
+
+
+def test_a_p99_just_under_its_target_on_two_windows_does_not_hold():
+    """The issue's case: 799.66 ms and 747 ms against 800 ms. The point estimates meet it; the bound does not."""
+    rng = np.random.default_rng(0)
+    first, then = rng.lognormal(5.5, 0.45, 150), rng.lognormal(5.5, 0.45, 150)
+    slo = SLOSpec.model_validate({"ttft": {"p99": float(max(np.percentile(first, 99), np.percentile(then, 99)))}})
+    assert slo.is_met(_window(first)) and slo.is_met(_window(then))
+    pooled = pool(_window(first), _window(then))
+    assert not holds(slo, _window(first))  # one window cannot bound a p99 at all
+    assert not holds(slo, pooled)
+    roomy = SLOSpec.model_validate({"ttft": {"p99": 2 * slo.ttft.p99}})  # type: ignore[union-attr]
+    assert holds(roomy, pooled)
+    margin = bounds(roomy, pooled)[0].margin
+    assert margin is not None and 0 < margin < 0.5
+
+
+def test_a_bound_that_misses_tightens_the_target_so_the_window_violates_it():
+    rng = np.random.default_rng(1)
+    pooled = pool(_window(rng.lognormal(5.5, 0.45, 150)), _window(rng.lognormal(5.5, 0.45, 150)))
+    observed = pooled.ttft.p99_ms
+    assert observed is not None
+    slo = SLOSpec.model_validate({"ttft": {"p99": observed * 1.01}})
+    assert slo.is_met(pooled) and not holds(slo, pooled)
+    assert not tightened(slo, bounds(slo, pooled)).is_met(pooled)
+
+
+def test_failed_requests_count_above_every_target():
+    samples = np.full(400, 100.0)
+    assert upper_bound_ms(LatencySummary.from_samples(samples), 99) == pytest.approx(100.0)
+    assert upper_bound_ms(LatencySummary.from_samples(samples), 99, failed=10) == float("inf")

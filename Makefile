@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-unit venv deps cluster clean-cluster bench bench-tuner crds lint
+.PHONY: demo test test-unit venv deps cluster clean-cluster bench bench-tuner readme-numbers crds lint
 
 $(STAMP): pyproject.toml
 	@command -v python3 >/dev/null || { echo "python3 (>= 3.11) is required"; exit 1; }
@@ -40,8 +40,13 @@ clean-cluster:
 crds: $(STAMP)
 	$(VENV)/bin/slotune crd --write
 
+# Every benchmark with the parameters the committed results were made with, then the README's numbers from them.
 bench: $(STAMP)
 	$(PY) -m bench
+
+# The README's benchmark numbers, rendered from bench/results/*.json (pure file reading, seconds).
+readme-numbers: $(STAMP)
+	$(PY) bench/readme_numbers.py
 
 bench-tuner: $(STAMP)
 	$(VENV)/bin/slotune bench-tuner --scenarios bench/scenarios

@@ -5,7 +5,7 @@ from the checkpoint each time) and alternates the two for every round, so machin
 are ratios of medians measured side by side in one run. Decode tokens/s counts the tokens produced after every
 request of the batch has its first token, over the time since then (prefill excluded).
 
-    .venv/bin/python bench/bench_quant.py [--presets tiny,small] [--rounds 3] [--max-tokens 32]
+    .venv/bin/python bench/bench_quant.py [--presets tiny,small] [--rounds 5] [--max-tokens 32]
 
 Writes bench/results/quant.json and bench/results/quant.md.
 """
@@ -156,7 +156,7 @@ def write_results(rows: list[dict[str, object]], runs: list[Run], args: argparse
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", default="tiny,small")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()

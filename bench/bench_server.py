@@ -5,7 +5,7 @@ LLMEngine with 32 requests until they finish, the server runs send 32 concurrent
 `python -m gpu_runtime serve` process from this process. Runs alternate (engine, server, engine, server, ...) so
 machine noise hits both sides alike (reference.md section 9: compare ratios measured in one run).
 
-    .venv/bin/python bench/bench_server.py [--rounds 3] [--max-tokens 128] [--streams 32]
+    .venv/bin/python bench/bench_server.py [--rounds 5] [--max-tokens 128] [--streams 32]
 
 Writes bench/results/server.json and bench/results/server.md.
 """
@@ -132,7 +132,7 @@ def machine() -> dict[str, object]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--streams", type=int, default=32)
     parser.add_argument("--max-tokens", type=int, default=128)
     args = parser.parse_args()

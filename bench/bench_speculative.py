@@ -9,7 +9,7 @@ Methods: off, ngram (k=4, lookup 1..3), draft_model (k=4, a 1-layer truncated dr
 Rounds alternate every (workload, concurrency, method) cell so machine noise hits all alike; speedups are ratios of
 medians measured side by side in one run.
 
-    .venv/bin/python bench/bench_speculative.py [--preset tiny] [--rounds 3] [--max-tokens 64]
+    .venv/bin/python bench/bench_speculative.py [--preset tiny] [--rounds 5] [--max-tokens 64]
 
 Writes bench/results/speculative.json and bench/results/speculative.md.
 """
@@ -184,7 +184,7 @@ def write_results(rows: list[dict[str, object]], runs: list[Run], args: argparse
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from slotune.loadgen.compare import Verdict as CompareVerdict
+from slotune.loadgen.compare import Difference as CompareVerdict
 from slotune.loadgen.compare import compare_histograms
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencyMetric, LatencySummary, MetricsSnapshot

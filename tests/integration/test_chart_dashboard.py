@@ -24,9 +24,9 @@ import pytest
 import yaml
 
 from slotune.api import parse_tunedmodel
-from slotune.knobs import RuntimeConfig
+from slotune.knobs import Engine, RuntimeConfig
 from slotune.metrics.exposition import Exposition
-from slotune.metrics.names import Engine, names_for
+from slotune.metrics.names import names_for
 from slotune.metrics.promql import Selector
 from slotune.metrics.scrape import readings_from_scrapes
 from slotune.resources import ChildNames, build_deployment

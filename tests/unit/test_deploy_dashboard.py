@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from gpu_runtime.metrics import ConfigInfo
-from slotune.metrics.names import Engine, counter_sample, names_for
+from slotune.knobs import Engine
+from slotune.metrics.names import counter_sample, names_for
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = json.loads((ROOT / "deploy" / "grafana" / "slotune-dashboard.json").read_text())

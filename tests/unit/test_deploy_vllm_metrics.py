@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
+from slotune.knobs import Engine
 from slotune.metrics.exposition import Exposition
-from slotune.metrics.names import Engine, names_for
+from slotune.metrics.names import names_for
 from slotune.metrics.scrape import readings_from_scrapes
 from slotune.metrics.window import require_samples
 from slotune.snapshot import MetricsSnapshot, Source

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from slotune.loadgen.compare import Verdict, compare_histograms, compare_samples
+from slotune.loadgen.compare import Difference, compare_histograms, compare_samples
 from slotune.snapshot import Histogram
 
 ALPHA = 0.05
@@ -29,8 +29,8 @@ def test_aa_false_positive_rate_is_at_most_alpha_on_samples(percentile: int) -> 
     trials = 3000  # binomial noise ~0.4%: the true rate (about 3-4.5%, Fisher is conservative) stays below 5%
     verdicts = [compare_samples(_latencies_ms(rng, 400), _latencies_ms(rng, 400), percentile, ALPHA).verdict
                 for _ in range(trials)]
-    assert verdicts.count(Verdict.BETTER) / trials <= ALPHA
-    assert verdicts.count(Verdict.WORSE) / trials <= ALPHA
+    assert verdicts.count(Difference.BETTER) / trials <= ALPHA
+    assert verdicts.count(Difference.WORSE) / trials <= ALPHA
 
 
 @pytest.mark.parametrize("percentile", [50, 95, 99])
@@ -39,8 +39,8 @@ def test_aa_false_positive_rate_is_at_most_alpha_on_histograms(percentile: int) 
     trials = 3000  # binomial noise ~0.4%: the true rate (about 3-4.5%, Fisher is conservative) stays below 5%
     verdicts = [compare_histograms(_histogram(_latencies_ms(rng, 400)), _histogram(_latencies_ms(rng, 400)),
                                    percentile, ALPHA).verdict for _ in range(trials)]
-    assert verdicts.count(Verdict.BETTER) / trials <= ALPHA
-    assert verdicts.count(Verdict.WORSE) / trials <= ALPHA
+    assert verdicts.count(Difference.BETTER) / trials <= ALPHA
+    assert verdicts.count(Difference.WORSE) / trials <= ALPHA
 
 
 @pytest.mark.parametrize("percentile", [50, 95, 99])
@@ -48,24 +48,24 @@ def test_a_2x_slowdown_is_detected_in_samples_and_histograms(percentile: int) ->
     rng = np.random.default_rng(7)
     a, b = _latencies_ms(rng, 1000), 2.0 * _latencies_ms(rng, 1000)
     slower = compare_samples(a, b, percentile, ALPHA, min_relative_change=0.1)
-    assert slower.verdict == Verdict.WORSE and slower.ratio == pytest.approx(2.0, rel=0.25)
-    assert compare_samples(b, a, percentile, ALPHA).verdict == Verdict.BETTER
+    assert slower.verdict == Difference.WORSE and slower.ratio == pytest.approx(2.0, rel=0.25)
+    assert compare_samples(b, a, percentile, ALPHA).verdict == Difference.BETTER
     from_buckets = compare_histograms(_histogram(a), _histogram(b), percentile, ALPHA, min_relative_change=0.1)
-    assert from_buckets.verdict == Verdict.WORSE and from_buckets.p_worse < ALPHA
-    assert compare_histograms(_histogram(b), _histogram(a), percentile, ALPHA).verdict == Verdict.BETTER
+    assert from_buckets.verdict == Difference.WORSE and from_buckets.p_worse < ALPHA
+    assert compare_histograms(_histogram(b), _histogram(a), percentile, ALPHA).verdict == Difference.BETTER
 
 
 def test_a_significant_change_smaller_than_the_tolerance_is_no_change() -> None:
     rng = np.random.default_rng(3)
     a, b = _latencies_ms(rng, 20000), 0.95 * _latencies_ms(rng, 20000)
     result = compare_samples(a, b, 50, ALPHA, min_relative_change=0.10)
-    assert result.p_better < ALPHA and result.verdict == Verdict.NO_CHANGE
-    assert compare_samples(a, b, 50, ALPHA).verdict == Verdict.BETTER
+    assert result.p_better < ALPHA and result.verdict == Difference.NO_CHANGE
+    assert compare_samples(a, b, 50, ALPHA).verdict == Difference.BETTER
 
 
 def test_empty_windows_and_mismatched_buckets() -> None:
-    assert compare_samples([], [1.0], 99).verdict == Verdict.TOO_FEW_SAMPLES
+    assert compare_samples([], [1.0], 99).verdict == Difference.TOO_FEW_SAMPLES
     empty = Histogram(TTFT_BUCKETS_S, (0.0,) * len(TTFT_BUCKETS_S))
-    assert compare_histograms(empty, empty, 50).verdict == Verdict.TOO_FEW_SAMPLES
+    assert compare_histograms(empty, empty, 50).verdict == Difference.TOO_FEW_SAMPLES
     with pytest.raises(ValueError, match="bucket bounds"):
         compare_histograms(empty, Histogram((1.0, np.inf), (1.0, 1.0)), 50)

@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from slotune.knobs import Engine
 from slotune.metrics.exposition import Exposition
-from slotune.metrics.names import Engine, names_for
+from slotune.metrics.names import names_for
 from slotune.metrics.scrape import readings_from_scrapes
 from slotune.metrics.window import MetricsUnavailable, UnavailableReason, summary_from_reading
 from slotune.snapshot import Histogram as WindowHistogram

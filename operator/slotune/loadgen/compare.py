@@ -27,7 +27,9 @@ from slotune.snapshot import Histogram
 METHOD = "quantile test: pooled-quantile threshold, one-sided Fisher exact test on exceedance counts"
 
 
-class Verdict(StrEnum):
+class Difference(StrEnum):
+    """What the test finds between two windows (not a tuning iteration's verdict, which is `slotune.api.Verdict`)."""
+
     BETTER = "better"  # B's percentile is lower (faster) than A's, beyond noise and tolerance
     WORSE = "worse"
     NO_CHANGE = "no-change"  # not distinguishable at this alpha and tolerance
@@ -43,7 +45,7 @@ class Comparison:
     p_better: float  # p-value of "B is faster at this percentile"
     p_worse: float
     alpha: float
-    verdict: Verdict
+    verdict: Difference
     method: str = METHOD
 
     @property
@@ -80,14 +82,14 @@ def _log_choose(n: int | np.ndarray, k: int | np.ndarray) -> np.ndarray:
 
 
 def _verdict(p_better: float, p_worse: float, ratio: float | None, alpha: float, min_relative_change: float
-             ) -> Verdict:
+             ) -> Difference:
     if ratio is None:
-        return Verdict.TOO_FEW_SAMPLES
+        return Difference.TOO_FEW_SAMPLES
     if p_better < alpha and ratio <= 1 - min_relative_change:
-        return Verdict.BETTER
+        return Difference.BETTER
     if p_worse < alpha and ratio >= 1 + min_relative_change:
-        return Verdict.WORSE
-    return Verdict.NO_CHANGE
+        return Difference.WORSE
+    return Difference.NO_CHANGE
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -101,7 +103,7 @@ def compare_samples(a_ms: Sequence[float] | np.ndarray, b_ms: Sequence[float] | 
     """Is `percentile` (0-100) of B's samples lower than A's? Lower latency is better."""
     a, b = np.asarray(a_ms, dtype=float), np.asarray(b_ms, dtype=float)
     if a.size == 0 or b.size == 0:
-        return Comparison(percentile, None, None, None, 1.0, 1.0, alpha, Verdict.TOO_FEW_SAMPLES)
+        return Comparison(percentile, None, None, None, 1.0, 1.0, alpha, Difference.TOO_FEW_SAMPLES)
     threshold = np.percentile(np.concatenate([a, b]), percentile, method="lower")
     counts = _Exceedances(int((a > threshold).sum()), a.size, int((b > threshold).sum()), b.size)
     p_better, p_worse = _fisher_one_sided(counts)
@@ -124,7 +126,7 @@ def compare_histograms(a: Histogram, b: Histogram, percentile: float, alpha: flo
     if a.upper_s != b.upper_s:
         raise ValueError("histograms must share bucket bounds")
     if a.total <= 0 or b.total <= 0:
-        return Comparison(percentile, None, None, None, 1.0, 1.0, alpha, Verdict.TOO_FEW_SAMPLES)
+        return Comparison(percentile, None, None, None, 1.0, 1.0, alpha, Difference.TOO_FEW_SAMPLES)
     q = percentile / 100
     boundary = _pooled_boundary(a, b, q)
     counts = _Exceedances(round(sum(a.counts[boundary + 1:])), round(a.total),

@@ -1,8 +1,9 @@
 """Which metric names each serving engine exposes, so one reader serves them all.
 
-The builtin runtime exposes vLLM's V1 names (reference.md section 1), so `builtin` and `vllm` share one table;
-SGLang's names are mapped onto the same roles, with gauges where SGLang has no counter (its cache hit rate and
-acceptance length). Counter names are the declared names without `_total`; `CounterName.sample` adds it, as
+The builtin runtime exposes vLLM's V1 names (reference.md section 1), so the two engines slotune deploys
+(`slotune.knobs.Engine`) share one table. SGLang's names are mapped onto the same roles, with gauges where SGLang has
+no counter (its cache hit rate and acceptance length), as `SGLANG_NAMES` for reading an SGLang server slotune did not
+deploy. Counter names are the declared names without `_total`; `CounterName.sample` adds it, as
 prometheus_client does when exposing. A role an engine does not expose is None.
 """
 
@@ -10,16 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from types import MappingProxyType
 
+from slotune.knobs import Engine
 from slotune.snapshot import LatencyMetric
-
-
-class Engine(StrEnum):
-    BUILTIN = "builtin"
-    VLLM = "vllm"
-    SGLANG = "sglang"
 
 
 def counter_sample(name: str) -> str:
@@ -80,7 +75,7 @@ _VLLM = MetricNames(
 
 # SGLang (python/sglang/srt/metrics/collector.py): per-request TPOT is not exposed, its ITL histogram is observed
 # per token, which is the closest role; it has no prefill/decode split and no preemption counter.
-_SGLANG = MetricNames(
+SGLANG_NAMES = MetricNames(
     model_label="model_name",
     histograms=MappingProxyType({
         LatencyMetric.TTFT: "sglang:time_to_first_token_seconds",
@@ -99,9 +94,10 @@ _SGLANG = MetricNames(
 )
 
 METRIC_NAMES: Mapping[Engine, MetricNames] = MappingProxyType(
-    {Engine.BUILTIN: _VLLM, Engine.VLLM: _VLLM, Engine.SGLANG: _SGLANG}
+    {Engine.BUILTIN: _VLLM, Engine.VLLM: _VLLM}
 )
 
 
 def names_for(engine: Engine | str) -> MetricNames:
-    return METRIC_NAMES[Engine(engine)]
+    """The names an engine exposes; "sglang" names an SGLang server (not an engine slotune deploys)."""
+    return SGLANG_NAMES if engine == "sglang" else METRIC_NAMES[Engine(engine)]

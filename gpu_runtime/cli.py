@@ -14,11 +14,10 @@ import os
 import sys
 from pathlib import Path
 
+from gpu_runtime.config import KV_CACHE_DTYPES, QUANTIZATIONS
 from gpu_runtime.speculative.config import SpeculativeSettings, parse_speculative_config
 
 ADMIN_TOKEN_ENV = "SLOTUNE_ADMIN_TOKEN"
-QUANTIZATIONS = ("none", "int8", "fp8")
-KV_CACHE_DTYPES = ("auto", "fp8")
 
 
 def build_parser() -> argparse.ArgumentParser:

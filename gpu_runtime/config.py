@@ -1,5 +1,9 @@
 """Typed, frozen configuration of the runtime: model shape (parsed from config.json), sampling parameters,
 scheduler knobs and engine settings. Pure Python (no torch) so the scheduler and block manager can use it.
+
+The tunable knobs' bounds and choices are not written here: they come from `gpu_runtime/knob_schema.py`, which
+`slotune crd --write` generates from the operator's single knob declaration (operator/slotune/knobs/schema.py), so
+the flags, `/admin/config` and the operator's API bound every knob alike without sharing a Python import.
 """
 
 from __future__ import annotations
@@ -9,13 +13,42 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpu_runtime import knob_schema
 from gpu_runtime.speculative.config import SpeculativeSettings
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
 MAX_MODEL_LEN_CAP = 32768
 DEFAULT_CPU_KV_CACHE_BYTES = 256 * 1024 * 1024
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
-QUANTIZATION_NAMES = ("none", "int8", "fp8")  # gpu_runtime.quant.QuantScheme, named here without importing torch
+
+
+@dataclass(frozen=True)
+class KnobLimits:
+    """One row of the generated knob schema: what values a knob takes and whether /admin/config changes it live."""
+
+    name: str
+    kind: str  # int, bool, choice or json
+    flag: str | None
+    hot: bool
+    default: int | bool | str | None
+    minimum: int | None
+    maximum: int | None
+    choices: tuple[str, ...]
+
+    def check(self, value: int | str) -> None:
+        """Raise ValueError, naming the knob and its bounds, when `value` is out of them."""
+        low, high = self.minimum, self.maximum
+        if isinstance(value, int) and low is not None and high is not None and not low <= value <= high:
+            raise ValueError(f"{self.name} must be in [{self.minimum}, {self.maximum}], got {value}")
+        if self.choices and value not in self.choices:
+            raise ValueError(f"{self.name} must be one of {self.choices}, got {value!r}")
+
+
+KNOBS: dict[str, KnobLimits] = {row["name"]: KnobLimits(**row) for row in knob_schema.KNOBS}  # type: ignore[arg-type, misc]
+SPECULATIVE_TOKENS: tuple[int, int] = knob_schema.SPECULATIVE_TOKENS
+PROMPT_LOOKUP: tuple[int, int] = knob_schema.PROMPT_LOOKUP
+QUANTIZATIONS = KNOBS["quantization"].choices  # gpu_runtime.quant.QuantScheme, named here without importing torch
+KV_CACHE_DTYPES = KNOBS["kv_cache_dtype"].choices
 
 
 @dataclass(frozen=True)
@@ -166,10 +199,8 @@ class SchedulerKnobs:
     enable_prefix_caching: bool = True
 
     def __post_init__(self) -> None:
-        if self.max_num_seqs < 1:
-            raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
-        if self.max_num_batched_tokens < 1:
-            raise ValueError(f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}")
+        KNOBS["max_num_seqs"].check(self.max_num_seqs)
+        KNOBS["max_num_batched_tokens"].check(self.max_num_batched_tokens)
 
 
 @dataclass(frozen=True)
@@ -199,5 +230,4 @@ class EngineConfig:
             raise ValueError(f"kv_cache_memory_bytes must be > 0, got {self.kv_cache_memory_bytes}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
-        if self.quantization not in QUANTIZATION_NAMES:
-            raise ValueError(f"quantization must be one of {QUANTIZATION_NAMES}, got {self.quantization!r}")
+        KNOBS["quantization"].check(self.quantization)

@@ -4,6 +4,9 @@ The body is `RuntimeConfig.admin_payload()` of the operator (slotune/knobs.py): 
 max_num_batched_tokens, enable_chunked_prefill, enable_prefix_caching, speculative, quantization. Every change runs on
 the engine worker between two steps (`LLMEngine.reconfigure`, `set_speculative`, `set_quantization`), so requests in
 flight continue under the new settings; a value the engine refuses leaves the old one in place and answers 400.
+
+Bounds and choices are not written here: they come from the generated knob schema (`gpu_runtime.config.KNOBS`,
+from operator/slotune/knobs/schema.py), so this endpoint accepts exactly what the operator's API and the flags do.
 """
 
 from __future__ import annotations
@@ -11,15 +14,34 @@ from __future__ import annotations
 import dataclasses
 import hmac
 import json
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Request
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
-from gpu_runtime.config import SchedulerKnobs
+from gpu_runtime.config import KNOBS, PROMPT_LOOKUP, SPECULATIVE_TOKENS, KnobLimits, SchedulerKnobs
 from gpu_runtime.server.async_engine import AsyncEngine
 from gpu_runtime.server.protocol import APIError
 from gpu_runtime.speculative.config import SpeculativeSettings, parse_speculative_config
+
+
+def _int_in(bounds: tuple[int | None, int | None]) -> Any:
+    return Annotated[StrictInt, Field(ge=bounds[0], le=bounds[1])]
+
+
+def _choice_of(limits: KnobLimits) -> Any:
+    def check(value: str) -> str:
+        limits.check(value)
+        return value
+
+    return Annotated[str, AfterValidator(check)]
+
+
+SpeculativeTokens = _int_in(SPECULATIVE_TOKENS)
+PromptLookup = _int_in(PROMPT_LOOKUP)
+MaxNumSeqs = _int_in((KNOBS["max_num_seqs"].minimum, KNOBS["max_num_seqs"].maximum))
+MaxNumBatchedTokens = _int_in((KNOBS["max_num_batched_tokens"].minimum, KNOBS["max_num_batched_tokens"].maximum))
+QuantizationName = _choice_of(KNOBS["quantization"])
 
 
 class SpeculativeBody(BaseModel):
@@ -27,9 +49,9 @@ class SpeculativeBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     method: Literal["ngram", "draft_model"]
-    num_speculative_tokens: Annotated[StrictInt, Field(ge=1, le=16)] = 4
-    prompt_lookup_min: Annotated[StrictInt, Field(ge=1, le=16)] = 1
-    prompt_lookup_max: Annotated[StrictInt, Field(ge=1, le=16)] = 4
+    num_speculative_tokens: SpeculativeTokens = 4
+    prompt_lookup_min: PromptLookup = 1
+    prompt_lookup_max: PromptLookup = 4
     draft_model: str | None = None
 
     @classmethod
@@ -48,12 +70,12 @@ class AdminConfig(BaseModel):
     """The live knobs: what GET returns and what POST sets (any subset)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    max_num_seqs: Annotated[StrictInt, Field(ge=1, le=4096)]
-    max_num_batched_tokens: Annotated[StrictInt, Field(ge=1, le=262144)]
+    max_num_seqs: MaxNumSeqs
+    max_num_batched_tokens: MaxNumBatchedTokens
     enable_chunked_prefill: StrictBool
     enable_prefix_caching: StrictBool
     speculative: SpeculativeBody | None = None
-    quantization: Literal["none", "int8", "fp8"] = "none"
+    quantization: QuantizationName = "none"
 
     def knobs(self) -> SchedulerKnobs:
         return SchedulerKnobs(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,

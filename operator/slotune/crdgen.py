@@ -1,8 +1,9 @@
 """`slotune crd`: the TunedModel CustomResourceDefinition, generated from `slotune.api` and never edited by hand.
 
 Prints the CRD, or with `--write` writes `crds/tunedmodel.yaml` and its byte-for-byte copies in the Helm chart and
-the kustomize base (where those folders exist). A unit test fails when the committed file differs from what this
-module generates.
+the kustomize base (where those folders exist), and the runtime's knob schema `gpu_runtime/knob_schema.py` (the
+other contract generated from the same declarations, `slotune.knobs.schema`). Unit tests fail when a committed file
+differs from what is generated.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import yaml
 
 from slotune.api import GROUP, KIND, PLURAL, VERSION, TunedModelSpec, TunedModelStatus
 from slotune.api.schema import structural_schema
+from slotune.knobs import runtime_file
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "tunedmodel.yaml"
@@ -81,7 +83,8 @@ def render() -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--write", action="store_true",
-                        help="write crds/tunedmodel.yaml and the chart's and kustomize's copies instead of printing")
+                        help="write crds/tunedmodel.yaml, the chart's and kustomize's copies and "
+                        "gpu_runtime/knob_schema.py instead of printing")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,4 +96,5 @@ def run(args: argparse.Namespace) -> int:
     for path in (CRD_PATH, *(d / CRD_PATH.name for d in COPY_DIRS if d.is_dir())):
         path.write_text(text)
         print(f"wrote {path}")
+    print(f"wrote {runtime_file.write()}")
     return 0

@@ -1,10 +1,11 @@
 """The Kubernetes objects one TunedModel owns, as pure builders: typed TunedModel + RuntimeConfig in, manifest out.
 
-Nothing here talks to the API server (slotune.backends.kubernetes applies what these return). Children follow the
+Nothing here talks to the API server (slotune.backends.kube_deployment applies what these return). Children follow the
 operator <-> chart contract: Deployment and Service `NAME-runtime`, Secret `NAME-admin-token` (key `token`, mounted
 at /var/run/slotune/admin-token), ServiceMonitor `NAME-runtime`; all labelled for the TunedModel and owned by it.
 Engine flags come from `RuntimeConfig.engine_args()`, so the builtin runtime and vLLM get one knob vocabulary
-(reference.md section 2).
+(reference.md section 2). A draft model (`spec.model.draftModel`, carried into the config by the tuner) is a source
+like the model's: it is rendered as the path the engine reads and its PVC is mounted, as the model's is.
 """
 
 from __future__ import annotations
@@ -114,6 +115,18 @@ def _pvc_claim(source: str) -> str | None:
     return source.removeprefix("pvc://").split("/", 1)[0] if source.startswith("pvc://") else None
 
 
+def _draft_source(config: RuntimeConfig) -> str | None:
+    return None if config.speculative is None else config.speculative.draft_model
+
+
+def _engine_config(config: RuntimeConfig) -> RuntimeConfig:
+    """`config` with its draft model's source (hf://, pvc://, file://) replaced by the path the engine reads."""
+    draft = _draft_source(config)
+    if config.speculative is None or draft is None:
+        return config
+    return config.with_changes(speculative=config.speculative.model_copy(update={"draft_model": model_argument(draft)}))
+
+
 def engine_args(tm: TunedModel, config: RuntimeConfig) -> list[str]:
     """The runtime container's arguments: the model, the serving port, the knobs, then spec.runtime.extraArgs."""
     spec = tm.spec
@@ -129,11 +142,11 @@ def engine_args(tm: TunedModel, config: RuntimeConfig) -> list[str]:
             args += ["--tensor-parallel-size", str(spec.hardware.count)]
         if spec.model.revision:
             args += ["--revision", spec.model.revision]
-        return [*args, *config.engine_args(Engine.VLLM), *spec.runtime.extra_args]
+        return [*args, *_engine_config(config).engine_args(), *spec.runtime.extra_args]
     args = ["--model", model, *common, "--admin-token-file", ADMIN_TOKEN_FILE]
     if spec.hardware.accelerator is Accelerator.CPU:
         args += ["--device", "cpu"]
-    return [*args, *config.engine_args(Engine.BUILTIN), *spec.runtime.extra_args]
+    return [*args, *_engine_config(config).engine_args(), *spec.runtime.extra_args]
 
 
 def _command(tm: TunedModel) -> list[str]:
@@ -174,9 +187,9 @@ def _probe(period_s: int, failures: int) -> dict[str, Any]:
             "failureThreshold": failures}
 
 
-def _volumes(tm: TunedModel) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _volumes(tm: TunedModel, config: RuntimeConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(volumes, mounts): scratch /tmp and a model cache (the root filesystem is read-only), the admin token,
-    shared memory for vLLM's workers, and the model's PVC when the source is pvc://."""
+    shared memory for vLLM's workers, and the PVC of the model and of the draft model where either is pvc://."""
     names = ChildNames(tm.metadata.name)
     token_items = [{"key": "token", "path": "admin-token"}]
     volumes = [
@@ -192,15 +205,17 @@ def _volumes(tm: TunedModel) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
     if tm.spec.runtime.engine is Engine.VLLM:
         volumes.append({"name": "shm", "emptyDir": {"medium": "Memory"}})
         mounts.append({"name": "shm", "mountPath": "/dev/shm"})
-    claim = _pvc_claim(tm.spec.model.source)
-    if claim is not None:
-        volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
-        mounts.append({"name": "model", "mountPath": f"/models/{claim}", "readOnly": True})
+    sources = (tm.spec.model.source, _draft_source(config) or "")
+    claims = dict.fromkeys(c for c in map(_pvc_claim, sources) if c is not None)  # ordered, one volume per claim
+    for index, claim in enumerate(claims):
+        name = "model" if index == 0 else f"model-{index}"
+        volumes.append({"name": name, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
+        mounts.append({"name": name, "mountPath": f"/models/{claim}", "readOnly": True})
     return volumes, mounts
 
 
 def _container(tm: TunedModel, config: RuntimeConfig, settings: OperatorSettings) -> dict[str, Any]:
-    _, mounts = _volumes(tm)
+    _, mounts = _volumes(tm, config)
     env = [
         {"name": "SLOTUNE_MODEL_CACHE", "value": f"{CACHE_DIR}/models"},
         {"name": "HF_HOME", "value": f"{CACHE_DIR}/huggingface"},
@@ -225,7 +240,7 @@ def _container(tm: TunedModel, config: RuntimeConfig, settings: OperatorSettings
 def build_deployment(tm: TunedModel, config: RuntimeConfig, settings: OperatorSettings) -> dict[str, Any]:
     """The runtime Deployment running `config` (its replicas and its per-process knobs)."""
     name = tm.metadata.name
-    volumes, _ = _volumes(tm)
+    volumes, _ = _volumes(tm, config)
     pod_spec: dict[str, Any] = {
         "containers": [_container(tm, config, settings)],
         "volumes": volumes,

@@ -50,7 +50,7 @@ def test_doubles_print_like_cel_format() -> None:
 
 
 def test_rules_without_values_keep_a_plain_message() -> None:
-    entry = KnobBounds.RULES[1].schema()
+    entry = KnobBounds.RULES[0].schema()
     plain = Rule("has(self.x)", "set x").schema()
     assert "messageExpression" in entry and plain == {"rule": "has(self.x)", "message": "set x"}
 

@@ -8,7 +8,6 @@ import yaml
 from slotune.api import (
     Accelerator,
     HardwareSpec,
-    Interconnect,
     InvalidTunedModel,
     Knob,
     TunedModel,
@@ -73,15 +72,6 @@ def test_replica_range_follows_the_replicas_knob() -> None:
     tiny = load_tunedmodel(EXAMPLES[0].parent / "local-tiny.yaml").spec
     assert chat.replica_range() == (1, 4)
     assert tiny.replica_range() == (1, 1)
-
-
-@pytest.mark.parametrize(("accelerator", "expected"), [
-    (Accelerator.NVIDIA_H100_80GB, Interconnect.NVLINK), (Accelerator.NVIDIA_L4, Interconnect.PCIE),
-    (Accelerator.NVIDIA_H100_PCIE, Interconnect.PCIE), (Accelerator.CPU, None),
-])
-def test_effective_interconnect(accelerator: Accelerator, expected: Interconnect | None) -> None:
-    count = 0 if accelerator is Accelerator.CPU else 2
-    assert HardwareSpec(accelerator=accelerator, count=count).effective_interconnect == expected
 
 
 def test_multi_document_file_loads_every_resource_and_names_the_bad_one() -> None:

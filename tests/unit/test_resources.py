@@ -58,7 +58,7 @@ def test_builtin_args_carry_model_port_token_and_every_knob() -> None:
     assert flag_value(args, "--admin-token-file") == ADMIN_TOKEN_FILE
     assert flag_value(args, "--device") == "cpu"
     assert flag_value(args, "--max-model-len") == "512"
-    for flag in config.engine_args(Engine.BUILTIN):
+    for flag in config.engine_args():
         assert flag in args
     assert "--no-enable-prefix-caching" in args
     assert runtime["image"] == "img/runtime:cpu"

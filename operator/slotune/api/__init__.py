@@ -20,7 +20,6 @@ from slotune.api.resource import (
 from slotune.api.spec import (
     Accelerator,
     HardwareSpec,
-    Interconnect,
     ModelDtype,
     ModelSpec,
     Resources,
@@ -46,7 +45,7 @@ from slotune.api.tuning import DEFAULT_KNOBS, QUALITY_KNOBS, IntRange, Knob, Kno
 __all__ = [
     "API_VERSION", "DEFAULT_KNOBS", "GROUP", "KIND", "MAX_HISTORY", "PLURAL", "QUALITY_KNOBS", "VERSION",
     "Accelerator", "Condition", "ConditionStatus", "ConditionType", "DiagnosisReport", "FieldError", "HardwareSpec",
-    "HistoryEntry", "IntRange", "Interconnect", "InvalidTunedModel", "Knob", "KnobBounds", "ModelDtype", "ModelSpec",
+    "HistoryEntry", "IntRange", "InvalidTunedModel", "Knob", "KnobBounds", "ModelDtype", "ModelSpec",
     "ObjectMeta", "Observed", "Percentiles", "Phase", "Resources", "RuntimeSpec", "Toleration", "TunedModel",
     "TunedModelSpec", "TunedModelStatus", "TuningMode", "TuningSpec", "Verdict", "load_tunedmodel",
     "load_tunedmodels", "parse_tunedmodel",

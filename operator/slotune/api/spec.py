@@ -16,8 +16,8 @@ from pydantic import Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from slotune.api.rules import RULE_ERROR, ApiModel, Rule
-from slotune.api.tuning import Knob, TuningMode, TuningSpec
-from slotune.knobs import Engine, RuntimeConfig, SpeculativeMethod
+from slotune.api.tuning import REPLICAS, Knob, TuningMode, TuningSpec
+from slotune.knobs import Engine, KVCacheDtype, RuntimeConfig, SpeculativeMethod
 from slotune.slo import SLOSpec
 from slotune.workload import WorkloadSpec
 
@@ -30,11 +30,6 @@ class Accelerator(StrEnum):
     NVIDIA_A100_40GB = "nvidia-a100-40gb"
     NVIDIA_L4 = "nvidia-l4"
     CPU = "cpu"
-
-
-class Interconnect(StrEnum):
-    NVLINK = "nvlink"
-    PCIE = "pcie"
 
 
 class ModelDtype(StrEnum):
@@ -52,8 +47,6 @@ SOURCE_PATTERN = (
 _SOURCE_HELP = (
     "hf://org/name, pvc://claim/path, builtin://tiny (a checkpoint the runtime builds), file:///path, /path or ./path"
 )
-_SXM_PARTS = frozenset({Accelerator.NVIDIA_H200, Accelerator.NVIDIA_H100_80GB, Accelerator.NVIDIA_A100_80GB,
-                        Accelerator.NVIDIA_A100_40GB})
 
 
 class ModelSpec(ApiModel):
@@ -101,9 +94,6 @@ class HardwareSpec(ApiModel):
     count: int = Field(
         default=1, ge=0, le=64, description="Accelerators per replica (tensor parallel size); 0 only with cpu."
     )
-    interconnect: Interconnect | None = Field(
-        default=None, description="Link between a replica's accelerators; absent: nvlink on SXM parts, else pcie."
-    )
     node_selector: dict[str, str] = Field(
         default={}, description="Node labels the runtime pods must match (Kubernetes only)."
     )
@@ -114,15 +104,7 @@ class HardwareSpec(ApiModel):
     RULES = (
         Rule("self.accelerator == 'cpu' || self.count >= 1", "count must be at least 1 for a GPU accelerator",
              ".count", lambda h: h.accelerator is Accelerator.CPU or h.count >= 1, ("self.count",)),
-        Rule("self.accelerator != 'cpu' || !has(self.interconnect)", "interconnect applies to GPUs only: remove it "
-             "for cpu", ".interconnect", lambda h: h.accelerator is not Accelerator.CPU or h.interconnect is None),
     )
-
-    @property
-    def effective_interconnect(self) -> Interconnect | None:
-        if self.interconnect is not None or self.accelerator is Accelerator.CPU:
-            return self.interconnect
-        return Interconnect.NVLINK if self.accelerator in _SXM_PARTS else Interconnect.PCIE
 
 
 class Resources(ApiModel):
@@ -181,7 +163,7 @@ class TunedModelSpec(ApiModel):
         default=None, description="Expected traffic: replayed in benchmark mode, the simulator's prior otherwise.",
     )
     tuning: TuningSpec = Field(default=TuningSpec(), description="Which knobs slotune may change, within what bounds.")
-    replicas: int = Field(default=1, ge=1, le=1024, description="Runtime replicas to start with.")
+    replicas: int = Field(default=1, ge=1, le=REPLICAS.maximum, description="Runtime replicas to start with.")
 
     RULES = (
         Rule("!has(self.tuning.bounds.maxReplicas) || self.tuning.bounds.maxReplicas >= self.replicas",
@@ -213,6 +195,16 @@ class TunedModelSpec(ApiModel):
              "builtin:// models are built by the builtin engine only: set runtime.engine builtin",
              ".runtime.engine",
              lambda s: not s.model.source.startswith("builtin://") or s.runtime.engine is Engine.BUILTIN),
+        # The builtin runtime keeps its KV cache in the model's dtype and refuses --kv-cache-dtype fp8 at start:
+        # refused here, a manifest fails at apply time instead of as a crash-looping pod.
+        Rule("self.runtime.engine != 'builtin' || self.runtime.config.kvCacheDtype == 'auto'",
+             "kvCacheDtype fp8 needs runtime.engine vllm (the builtin runtime has no fp8 KV cache): set it to auto "
+             "or use vllm", ".runtime.config.kvCacheDtype",
+             lambda s: s.runtime.engine is not Engine.BUILTIN or s.runtime.config.kv_cache_dtype is KVCacheDtype.AUTO),
+        Rule("self.runtime.engine != 'builtin' || !self.tuning.knobs.exists(k, k == 'kv_cache_dtype')",
+             "knob kv_cache_dtype needs runtime.engine vllm (the builtin runtime has no fp8 KV cache): remove it "
+             "from tuning.knobs or use vllm", ".tuning.knobs",
+             lambda s: s.runtime.engine is not Engine.BUILTIN or Knob.KV_CACHE_DTYPE not in s.tuning.knobs),
         Rule("self.tuning.mode != 'benchmark' || has(self.workload)",
              "tuning.mode benchmark replays spec.workload: set it", ".tuning.mode",
              lambda s: s.tuning.mode is not TuningMode.BENCHMARK or s.workload is not None),

@@ -1,18 +1,20 @@
 """`spec.tuning` of a TunedModel: which knobs slotune may change, within what bounds, and how it measures.
 
 Knob names are `RuntimeConfig`'s field names (vLLM's flag names with underscores), so a tuner compares
-`RuntimeConfig.changed_knobs()` against `TuningSpec.knobs` directly. Quantization and an fp8 KV cache change the
-model's outputs: they are opt-in through `allowQualityChange`.
+`RuntimeConfig.changed_knobs()` against `TuningSpec.knobs` directly. Every bound here is the knob schema's
+(`slotune.knobs.schema`): a range the user writes for a knob can only narrow what the runtime accepts, never widen it.
+Quantization and an fp8 KV cache change the model's outputs: they are opt-in through `allowQualityChange`.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field, field_validator
+from pydantic import Field, create_model, field_validator
 
 from slotune.api.rules import ApiModel, Rule
-from slotune.knobs import SpeculativeMethod
+from slotune.knobs import KNOBS, SPECULATIVE_TOKENS, IntBounds, SpeculativeMethod, int_bounds
+from slotune.knobs import QUALITY_KNOBS as QUALITY_KNOB_NAMES
 
 
 class TuningMode(StrEnum):
@@ -32,7 +34,9 @@ class Knob(StrEnum):
     REPLICAS = "replicas"
 
 
-QUALITY_KNOBS = frozenset({Knob.QUANTIZATION, Knob.KV_CACHE_DTYPE})
+# The enum spells the schema's knobs for static use; a knob added to the schema and not here fails at import.
+assert {k.value for k in Knob} == {k.name for k in KNOBS}, "Knob must list exactly the knob schema's knobs"
+QUALITY_KNOBS = frozenset(Knob(name) for name in QUALITY_KNOB_NAMES)
 DEFAULT_KNOBS = (
     Knob.MAX_NUM_SEQS, Knob.MAX_NUM_BATCHED_TOKENS, Knob.ENABLE_CHUNKED_PREFILL, Knob.ENABLE_PREFIX_CACHING,
     Knob.SPECULATIVE, Knob.REPLICAS,
@@ -42,8 +46,8 @@ DEFAULT_KNOBS = (
 class IntRange(ApiModel):
     """An inclusive integer range."""
 
-    min: int = Field(ge=1, le=1048576, description="Smallest value the tuner may set.")
-    max: int = Field(ge=1, le=1048576, description="Largest value the tuner may set.")
+    min: int = Field(description="Smallest value the tuner may set.")
+    max: int = Field(description="Largest value the tuner may set.")
 
     RULES = (
         Rule("self.min <= self.max", "min must not exceed max", ".min", lambda r: r.min <= r.max,
@@ -51,34 +55,49 @@ class IntRange(ApiModel):
     )
 
 
+def range_within(name: str, bounds: IntBounds) -> type[IntRange]:
+    """An IntRange whose ends must lie within `bounds` (a knob's schema bounds), named `name` in the CRD."""
+    ends = {end: (int, Field(ge=bounds.minimum, le=bounds.maximum, description=info.description))
+            for end, info in IntRange.model_fields.items()}
+    return create_model(name, __base__=IntRange, __doc__=f"{IntRange.__doc__} Both ends lie in "
+                        f"[{bounds.minimum}, {bounds.maximum}].", **ends)  # type: ignore[call-overload]
+
+
+MaxNumSeqsRange = range_within("MaxNumSeqsRange", int_bounds(Knob.MAX_NUM_SEQS))
+MaxNumBatchedTokensRange = range_within("MaxNumBatchedTokensRange", int_bounds(Knob.MAX_NUM_BATCHED_TOKENS))
+SpeculativeTokensRange = range_within("SpeculativeTokensRange", SPECULATIVE_TOKENS)
+REPLICAS = int_bounds(Knob.REPLICAS)
+
+
 class KnobBounds(ApiModel):
     """Limits of the values the tuner may give each knob."""
 
-    max_num_seqs: IntRange = Field(
-        default=IntRange(min=1, max=1024), description="Range of maxNumSeqs (sequences running in one step)."
+    max_num_seqs: MaxNumSeqsRange = Field(
+        default=MaxNumSeqsRange(min=1, max=1024), description="Range of maxNumSeqs (sequences running in one step)."
     )
-    max_num_batched_tokens: IntRange = Field(
-        default=IntRange(min=256, max=32768), description="Range of maxNumBatchedTokens (token budget of one step)."
+    max_num_batched_tokens: MaxNumBatchedTokensRange = Field(
+        default=MaxNumBatchedTokensRange(min=256, max=32768),
+        description="Range of maxNumBatchedTokens (token budget of one step).",
     )
-    min_replicas: int = Field(default=1, ge=1, le=1024, description="Fewest replicas the tuner may scale down to.")
+    min_replicas: int = Field(
+        default=1, ge=1, le=REPLICAS.maximum, description="Fewest replicas the tuner may scale down to."
+    )
     max_replicas: int | None = Field(
-        default=None, ge=1, le=1024, description="Most replicas the tuner may scale up to; absent: spec.replicas."
+        default=None, ge=1, le=REPLICAS.maximum,
+        description="Most replicas the tuner may scale up to; absent: spec.replicas.",
     )
     speculative_methods: list[SpeculativeMethod] = Field(
         default=[SpeculativeMethod.NGRAM], min_length=1, max_length=2,
         description="Speculative decoding methods the tuner may try: ngram, draft_model (needs model.draftModel).",
     )
-    num_speculative_tokens: IntRange = Field(
-        default=IntRange(min=1, max=8), description="Range of tokens drafted per speculative step."
+    num_speculative_tokens: SpeculativeTokensRange = Field(
+        default=SpeculativeTokensRange(min=1, max=8), description="Range of tokens drafted per speculative step."
     )
 
     RULES = (
         Rule("!has(self.maxReplicas) || self.minReplicas <= self.maxReplicas", "minReplicas must not exceed "
              "maxReplicas", ".minReplicas", lambda b: b.max_replicas is None or b.min_replicas <= b.max_replicas,
              ("self.minReplicas", "self.maxReplicas")),
-        Rule("self.numSpeculativeTokens.max <= 16", "numSpeculativeTokens.max must be at most 16",
-             ".numSpeculativeTokens.max", lambda b: b.num_speculative_tokens.max <= 16,
-             ("self.numSpeculativeTokens.max",)),
     )
 
 

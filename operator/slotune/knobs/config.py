@@ -1,40 +1,45 @@
-"""The tunable knobs of a serving runtime and how each engine spells them.
+"""`RuntimeConfig`: one point in the knob space, the vocabulary the tuner, the operator, the local backend and the
+status share.
 
-`RuntimeConfig` is the one vocabulary the tuner, the operator, the local backend and the status share. The builtin
-runtime (`gpu_runtime`) takes vLLM's flag names, so one renderer serves both engines; `admin_payload` is the body of
-the builtin runtime's `POST /admin/config` for the knobs it can change live.
+Its fields, bounds, defaults and flag spellings come from the knob schema (`slotune.knobs.schema`), so the API, the
+renderers and the runtime cannot disagree on them. The builtin runtime (`gpu_runtime`) takes vLLM's flag names, so
+one renderer serves both engines; `admin_payload` is the body of the builtin runtime's `POST /admin/config` for the
+knobs it can change live.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from enum import StrEnum
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-
-class Engine(StrEnum):
-    BUILTIN = "builtin"
-    VLLM = "vllm"
-
-
-class SpeculativeMethod(StrEnum):
-    NGRAM = "ngram"
-    DRAFT_MODEL = "draft_model"
-
-
-class Quantization(StrEnum):
-    NONE = "none"
-    INT8 = "int8"
-    FP8 = "fp8"
+from slotune.knobs.schema import (
+    HOT_KNOBS,
+    KNOBS,
+    PROMPT_LOOKUP,
+    RESTART_KNOBS,
+    SPECULATIVE_TOKENS,
+    IntBounds,
+    KVCacheDtype,
+    Quantization,
+    SpeculativeMethod,
+    knob,
+)
 
 
-class KVCacheDtype(StrEnum):
-    AUTO = "auto"
-    FP8 = "fp8"
+def knob_field(name: str) -> Any:
+    """The pydantic field of a knob: its schema default, bounds and description."""
+    spec = knob(name)
+    if spec.bounds is None:
+        return Field(default=spec.default, description=spec.description)
+    return _within(spec.bounds, spec.default, spec.description)
+
+
+def _within(bounds: IntBounds, default: Any, description: str) -> Any:
+    return Field(default=default, ge=bounds.minimum, le=bounds.maximum, description=description)
 
 
 class _Frozen(BaseModel):
@@ -47,9 +52,9 @@ class SpeculativeConfig(_Frozen):
     """Speculative decoding: draft tokens cheaply, verify them all in one target forward pass."""
 
     method: SpeculativeMethod = Field(description="ngram drafts by prompt lookup; draft_model runs a smaller model.")
-    num_speculative_tokens: int = Field(default=4, ge=1, le=16, description="Tokens drafted per step.")
-    prompt_lookup_min: int = Field(default=1, ge=1, le=16, description="Shortest n-gram matched (ngram only).")
-    prompt_lookup_max: int = Field(default=4, ge=1, le=16, description="Longest n-gram matched (ngram only).")
+    num_speculative_tokens: int = _within(SPECULATIVE_TOKENS, 4, "Tokens drafted per step.")
+    prompt_lookup_min: int = _within(PROMPT_LOOKUP, 1, "Shortest n-gram matched (ngram only).")
+    prompt_lookup_max: int = _within(PROMPT_LOOKUP, 4, "Longest n-gram matched (ngram only).")
     draft_model: str | None = Field(default=None, description="Draft checkpoint (draft_model only).")
 
     @model_validator(mode="after")
@@ -73,22 +78,17 @@ class SpeculativeConfig(_Frozen):
 class RuntimeConfig(_Frozen):
     """One point in the knob space. Frozen: a change is a new config, so history and rollback stay exact."""
 
-    max_num_seqs: int = Field(default=256, ge=1, le=4096, description="Most sequences running in one step.")
-    max_num_batched_tokens: int = Field(
-        default=2048, ge=16, le=262144, description="Token budget of one engine step (prefill chunks + decodes)."
-    )
-    enable_chunked_prefill: bool = Field(default=True, description="Split long prompts across steps.")
-    enable_prefix_caching: bool = Field(default=True, description="Reuse KV blocks of shared prompt prefixes.")
-    speculative: SpeculativeConfig | None = Field(default=None, description="Speculative decoding; null is off.")
-    quantization: Quantization = Field(default=Quantization.NONE, description="Weight quantization (changes outputs).")
-    kv_cache_dtype: KVCacheDtype = Field(default=KVCacheDtype.AUTO, description="KV cache element type.")
-    replicas: int = Field(default=1, ge=0, le=1024, description="Runtime replicas serving the model.")
+    max_num_seqs: int = knob_field("max_num_seqs")
+    max_num_batched_tokens: int = knob_field("max_num_batched_tokens")
+    enable_chunked_prefill: bool = knob_field("enable_chunked_prefill")
+    enable_prefix_caching: bool = knob_field("enable_prefix_caching")
+    speculative: SpeculativeConfig | None = knob_field("speculative")
+    quantization: Quantization = knob_field("quantization")
+    kv_cache_dtype: KVCacheDtype = knob_field("kv_cache_dtype")
+    replicas: int = knob_field("replicas")
 
     # Knobs the builtin runtime changes in process through /admin/config; the rest need a restart.
-    HOT_KNOBS: ClassVar[frozenset[str]] = frozenset(
-        {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "enable_prefix_caching",
-         "speculative", "quantization"}
-    )
+    HOT_KNOBS: ClassVar[frozenset[str]] = HOT_KNOBS
 
     def with_changes(self, **changes: object) -> RuntimeConfig:
         """A validated copy with some knobs changed (model_copy alone would skip validation)."""
@@ -100,28 +100,19 @@ class RuntimeConfig(_Frozen):
 
     def needs_restart(self, other: RuntimeConfig) -> bool:
         """Whether moving from self to other needs a process restart on the builtin engine (replicas never do)."""
-        return bool(self.changed_knobs(other) - self.HOT_KNOBS - {"replicas"})
+        return bool(self.changed_knobs(other) & RESTART_KNOBS)
 
     def key(self) -> str:
         """Stable identity of the per-replica engine config, for 'never try this config again' bookkeeping."""
         body = json.dumps(self.model_dump(mode="json"), sort_keys=True)
         return hashlib.sha256(body.encode()).hexdigest()[:16]
 
-    def engine_args(self, engine: Engine = Engine.BUILTIN) -> list[str]:
-        """Command-line flags for one runtime process. Builtin and vLLM share vLLM's spelling (reference.md s.2)."""
-        args = [
-            f"--max-num-seqs={self.max_num_seqs}",
-            f"--max-num-batched-tokens={self.max_num_batched_tokens}",
-            "--enable-chunked-prefill" if self.enable_chunked_prefill else "--no-enable-chunked-prefill",
-            "--enable-prefix-caching" if self.enable_prefix_caching else "--no-enable-prefix-caching",
-        ]
-        if self.speculative is not None:
-            args.append(f"--speculative-config={self.speculative.vllm_json()}")
-        if self.quantization is not Quantization.NONE:
-            args.append(f"--quantization={self.quantization.value}")
-        if self.kv_cache_dtype is not KVCacheDtype.AUTO or engine is Engine.VLLM:
-            args.append(f"--kv-cache-dtype={self.kv_cache_dtype.value}")
-        return args
+    def engine_args(self) -> list[str]:
+        """Command-line flags for one runtime process, in schema order. Builtin and vLLM share vLLM's spelling
+        (reference.md section 2); a choice knob at its default is left out, so each engine keeps its own default."""
+        values = self.model_dump(mode="json")
+        values["speculative"] = None if self.speculative is None else self.speculative.vllm_json()
+        return [flag for spec in KNOBS for flag in spec.flags(values[spec.name])]
 
     def admin_payload(self) -> dict[str, object]:
         """Body of the builtin runtime's POST /admin/config: the hot knobs, snake_case as the flags' dest names."""

@@ -50,7 +50,11 @@ class OperatorSettings:
     This exists for the end-to-end test harness, which stands in for the kubelet of kwok's fake nodes by running
     each pod's runtime as a local process; a real cluster never sets it."""
     tick_s: float = 2.0
-    """How often the per-TunedModel tuning daemon wakes up to advance the loop."""
+    """How often a TunedModel's daemon looks again while something is in flight (a rollout, a retry); waiting for a
+    window to end, it sleeps until the end instead."""
+    workers: int = 8
+    """Threads for blocking work (API server and Prometheus requests), shared by every TunedModel: the bound on
+    concurrent requests the operator sends."""
     rollout_timeout_s: float = 600.0
     """Longest wait for a Deployment rollout (image pull and model load) before a change counts as failed."""
     unschedulable_grace_s: float = 30.0
@@ -75,6 +79,7 @@ _ENV = {
     "admin_transport": "SLOTUNE_ADMIN_TRANSPORT",
     "pod_endpoints_file": "SLOTUNE_POD_ENDPOINTS_FILE",
     "tick_s": "SLOTUNE_TICK_S",
+    "workers": "SLOTUNE_WORKERS",
     "rollout_timeout_s": "SLOTUNE_ROLLOUT_TIMEOUT_S",
     "unschedulable_grace_s": "SLOTUNE_UNSCHEDULABLE_GRACE_S",
 }
@@ -92,6 +97,8 @@ def _convert(name: str, text: str) -> object:
         return AdminTransport(text)
     if name == "pod_endpoints_file":
         return Path(text) if text else None
+    if name == "workers":
+        return int(text)
     if name in {"tick_s", "rollout_timeout_s", "unschedulable_grace_s"}:
         return float(text)
     return text
@@ -114,6 +121,8 @@ def load_settings(overrides: Mapping[str, str | None] | None = None, environ: Ma
 def _validated(settings: OperatorSettings) -> OperatorSettings:
     if settings.log_level.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
         raise ValueError(f"SLOTUNE_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR, not {settings.log_level!r}")
+    if settings.workers < 1:
+        raise ValueError("SLOTUNE_WORKERS must be at least 1")
     if min(settings.tick_s, settings.rollout_timeout_s, settings.unschedulable_grace_s) <= 0:
         raise ValueError("SLOTUNE_TICK_S, SLOTUNE_ROLLOUT_TIMEOUT_S and SLOTUNE_UNSCHEDULABLE_GRACE_S must be positive")
     return settings

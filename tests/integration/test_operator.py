@@ -20,6 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def tunedmodel(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
+    """A TunedModel for kwok's fake pods, where no runtime answers /admin/config: hotReconfigure off, so the pods
+    run the Deployment's arguments and the operator has nothing to read back (the e2e tests read back real pods)."""
+    tuning = {"windowSeconds": 5, "minSamples": 10, "warmupSeconds": 0, "cooldownSeconds": 0, "hotReconfigure": False}
+    spec = spec | {"tuning": tuning | spec.get("tuning", {})}
     return {
         "apiVersion": "slotune.io/v1alpha1", "kind": "TunedModel",
         "metadata": {"name": name, "namespace": namespace},
@@ -29,7 +33,6 @@ def tunedmodel(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
             "slo": {"ttft": {"p99": 500}, "tpot": {"p99": 50}},
             "runtime": {"config": {"maxNumSeqs": 32}},
             "replicas": 2,
-            "tuning": {"windowSeconds": 5, "minSamples": 10, "warmupSeconds": 0, "cooldownSeconds": 0},
         } | spec,
     }
 

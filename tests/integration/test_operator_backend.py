@@ -1,9 +1,11 @@
 """The Kubernetes backend against the real scheduler: a config whose pods cannot be scheduled is a failed apply
-(the loop rolls back and never tries it again), scaling back succeeds, and a restart-only knob rolls the pods."""
+(the loop rolls back and never tries it again), scaling back succeeds, and a restart-only knob rolls the pods.
+`apply` never waits: the test asks again, as the operator's next tick would, until the answer is not in progress."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +13,9 @@ import pytest
 
 from slotune.api import parse_tunedmodel
 from slotune.backends.kube_api import KubeAPI
-from slotune.backends.kubernetes import KubernetesBackend
+from slotune.backends.kube_deployment import KubernetesBackend
+from slotune.knobs import RuntimeConfig
+from slotune.loop import ApplyResult
 from slotune.knobs import KVCacheDtype
 from slotune.settings import OperatorSettings
 from tests.e2e.harness.kube import apply, get, install_tunedmodel_crd, scratch_namespace
@@ -33,10 +37,19 @@ def pod_names(kube, namespace: str) -> set[str]:
     return {p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")}
 
 
+def settle(backend: KubernetesBackend, config: RuntimeConfig) -> ApplyResult:
+    """Ask until the rollout is over: each answer in progress is one the operator would sleep a tick on. The loop
+    ends on the backend's own verdict (done, hopeless, or its rollout timeout), not on a clock of the test's."""
+    while (result := backend.apply(config)).in_progress:
+        time.sleep(0.5)
+    return result
+
+
 def test_unschedulable_replicas_fail_the_apply_and_the_previous_config_comes_back(kube, namespace) -> None:
     # 4 GPUs per replica on the one 8-GPU H100 node: two replicas fit, three do not.
+    # vLLM: every change goes through the Deployment (kwok's pods run nothing to reconfigure live).
     manifest = tunedmodel("big", namespace, hardware={"accelerator": "nvidia-h100-80gb", "count": 4}, replicas=1,
-                          tuning={"mode": "off", "windowSeconds": 5, "minSamples": 10})
+                          runtime={"engine": "vllm"}, tuning={"mode": "off"})
     apply(kube, manifest)  # no operator runs here: the test drives the backend itself
     tm = parse_tunedmodel(get(kube, "tunedmodel", "big", namespace))
     settings = OperatorSettings(rollout_timeout_s=90, unschedulable_grace_s=3)
@@ -45,20 +58,20 @@ def test_unschedulable_replicas_fail_the_apply_and_the_previous_config_comes_bac
     backend = KubernetesBackend(api, tm, settings, record=lambda *event: recorded.append(event))
     try:
         initial = tm.spec.initial_config()
-        assert backend.apply(initial).ok
-        assert backend.apply(initial.with_changes(replicas=2)).ok  # scaled, same pods kept
+        assert settle(backend, initial).ok
+        assert settle(backend, initial.with_changes(replicas=2)).ok  # scaled, same pods kept
         before = pod_names(kube, namespace)
 
-        too_many = backend.apply(initial.with_changes(replicas=3))
+        too_many = settle(backend, initial.with_changes(replicas=3))
         assert not too_many.ok and too_many.crashed
         assert "Insufficient nvidia.com/gpu" in too_many.reason
         assert ("RolloutFailed", too_many.reason, True) in recorded
 
-        assert backend.apply(initial.with_changes(replicas=2)).ok  # the rollback
-        assert pod_names(kube, namespace) == before  # hot path: scaling never restarted a pod
+        assert settle(backend, initial.with_changes(replicas=2)).ok  # the rollback
+        assert pod_names(kube, namespace) == before  # scaling never restarts a pod
 
         fp8 = initial.with_changes(replicas=2, kv_cache_dtype=KVCacheDtype.FP8)  # restart-only knob
-        assert backend.apply(fp8).ok
+        assert settle(backend, fp8).ok
         deployment = get(kube, "deployment", "big-runtime", namespace)
         assert "--kv-cache-dtype=fp8" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
         assert backend.deployed_config() == fp8

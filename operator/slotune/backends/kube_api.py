@@ -79,13 +79,16 @@ def _tls(configuration: client.Configuration) -> ssl.SSLContext | bool:
 
 
 class KubeAPI:
-    def __init__(self, credentials: Credentials, timeout_s: float = 30.0) -> None:
+    def __init__(self, credentials: Credentials, timeout_s: float = 10.0, max_connections: int = 10) -> None:
+        """One client shared by the operator's worker threads (httpx's pool is thread-safe); `max_connections`
+        bounds the requests in flight toward the API server."""
         self.credentials = credentials
-        self._http = httpx.Client(base_url=credentials.host, verify=credentials.tls, timeout=timeout_s)
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._http = httpx.Client(base_url=credentials.host, verify=credentials.tls, timeout=timeout_s, limits=limits)
 
     @classmethod
-    def from_environment(cls, kubeconfig: str | None = None) -> KubeAPI:
-        return cls(load_credentials(kubeconfig))
+    def from_environment(cls, kubeconfig: str | None = None, max_connections: int = 10) -> KubeAPI:
+        return cls(load_credentials(kubeconfig), max_connections=max_connections)
 
     def close(self) -> None:
         self._http.close()

@@ -2,12 +2,15 @@
 
 `deploy` applies the children (slotune.resources builds them). `apply` changes a config the cheapest way it can:
 for the builtin engine with hotReconfigure and no restart-only knob changed, it scales the Deployment if the replica
-count changed and POSTs `/admin/config` to every ready pod (bearer token from the admin Secret); otherwise it applies
-a re-rendered Deployment and waits for the rollout. A rollout that crash-loops, cannot pull, cannot be scheduled or
-does not finish in time is a failed apply (the loop rolls back and never tries that config again).
+count changed and POSTs `/admin/config` to the ready pods; otherwise it applies a re-rendered Deployment. It never
+waits: while the rollout is on its way it answers `rolling_out`, and the loop asks again on a later tick. A rollout
+that crash-loops, cannot pull, stays unschedulable past its grace or does not finish in time is a failed apply (the
+loop rolls back and never tries that config again).
 
-Pods whose config was changed live would come back with the Deployment's arguments after a restart, so `ready()`
-re-sends the live config to every ready pod that has not received it yet (the runtime accepts a restated config).
+The invariant the status relies on: every ready pod runs the config the loop calls running. `apply` reads each ready
+pod's live config back (`GET /admin/config`) and re-sends it where it differs: a pod restarted from the template
+after a live change, a new generation whose starting config matches the template while the pods kept other knobs,
+a rollback to a config sent before. Nothing is remembered about what was sent; only the pod's answer counts.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import base64
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,27 +46,33 @@ log = logging.getLogger(__name__)
 # Waiting reasons of a container that will not get better by waiting (kubelet's names).
 _HOPELESS_WAITING = frozenset({"CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "InvalidImageName",
                                "CreateContainerConfigError", "CreateContainerError"})
-ADMIN_CONNECT_RETRY_S = 60.0  # how long a Ready pod may refuse connections before its POST counts as failed
+ADMIN_CONNECT_RETRY_S = 60.0  # how long a Ready pod may refuse connections before the apply counts as failed
+ADMIN_TIMEOUT_S = 10.0
 
 
-class OperatorStopping(Exception):
-    """The operator is shutting down mid-step. Nothing is saved, so the next operator redoes the step from the
-    status (an unapplied change is applied again); it must never count as a failed config."""
+class ChildRefused(Exception):
+    """The API server refused a child object (422 Invalid, 400): the spec cannot be deployed as written."""
+
+    def __init__(self, kind: str, error: KubeError) -> None:
+        super().__init__(f"the API server refused the {kind}: {error}")
+        self.kind = kind
 
 
 @dataclass(frozen=True)
 class Rollout:
     done: bool
     problem: str | None = None  # set when waiting longer will not help
+    progress: str = ""
 
 
 @dataclass(frozen=True)
 class AdminCall:
-    """One POST /admin/config, as recorded in events (never the token)."""
+    """One call to a pod's /admin/config, as recorded in events (never the token)."""
 
     pod: str
     status_code: int | None
     error: str = ""
+    live: Mapping[str, Any] | None = None  # the config the pod answered with
 
     @property
     def ok(self) -> bool:
@@ -79,27 +88,39 @@ def new_token() -> str:
 class KubernetesBackend:
     def __init__(self, api: KubeAPI, tm: TunedModel, settings: OperatorSettings,
                  record: Callable[[str, str, bool], None] | None = None,
-                 should_stop: Callable[[], bool] = lambda: False) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.api = api
         self.tm = tm
         self.settings = settings
         self.names = ChildNames(tm.metadata.name)
         self.namespace = tm.metadata.namespace or "default"
         self._record = record or (lambda reason, message, warning: None)
-        self._should_stop = should_stop
-        self.live: RuntimeConfig | None = None  # the config the pods should run now
-        self._synced: set[tuple[str, str]] = set()  # (pod uid, config key) that got the live config
+        self._clock = clock
+        self._waiting_since: dict[str, float] = {}  # what -> when first seen not there yet (rollout, pod address)
+        self._has_service_monitor: bool | None = None
 
     # --- children -------------------------------------------------------------------------------------------
     def deploy(self, config: RuntimeConfig) -> None:
-        """Create or update every child for `config` (the admin Secret only once)."""
-        if self.api.create(build_secret(self.tm, new_token())):
-            self._record("SecretCreated", f"admin token Secret {self.names.secret} created", False)
-        self.api.apply(build_service(self.tm))
-        if self.api.has_resource("monitoring.coreos.com/v1", "servicemonitors"):
-            self.api.apply(build_service_monitor(self.tm))
-        self.api.apply(build_deployment(self.tm, config, self.settings))
-        self.live = config
+        """Create or update every child for `config` (the admin Secret only once). Raises ChildRefused when the
+        API server rejects one: waiting will not make it valid."""
+        self._child("Secret", lambda: self.api.create(build_secret(self.tm, new_token())))
+        self._child("Service", lambda: self.api.apply(build_service(self.tm)))
+        if self._service_monitors():
+            self._child("ServiceMonitor", lambda: self.api.apply(build_service_monitor(self.tm)))
+        self._child("Deployment", lambda: self.api.apply(build_deployment(self.tm, config, self.settings)))
+
+    def _child(self, kind: str, call: Callable[[], object]) -> None:
+        try:
+            call()
+        except KubeError as error:
+            if error.status_code in (400, 422):
+                raise ChildRefused(kind, error) from error
+            raise
+
+    def _service_monitors(self) -> bool:
+        if self._has_service_monitor is None:
+            self._has_service_monitor = self.api.has_resource("monitoring.coreos.com/v1", "servicemonitors")
+        return self._has_service_monitor
 
     def deployment(self) -> dict[str, Any] | None:
         return self.api.get(object_path("Deployment", self.namespace, self.names.deployment))
@@ -111,43 +132,39 @@ class KubernetesBackend:
 
     # --- the loop's Backend protocol -------------------------------------------------------------------------
     def apply(self, config: RuntimeConfig) -> ApplyResult:
-        base = self.deployed_config()
-        if base is not None and self._hot(base, config):
-            return self._apply_hot(base, config)
-        self.deploy(config)
-        self._record("Restarting", f"rolling out {config.describe()}", False)
-        return self._await_rollout()
+        deployment = self.deployment()
+        base = None if deployment is None else config_from_annotation(deployment)
+        changed = False
+        if base is None or not self._hot(base, config):
+            if base != config:
+                try:
+                    self.deploy(config)
+                except ChildRefused as error:
+                    self._record("ChildRefused", str(error), True)
+                    return ApplyResult.failure(str(error), crashed=True)
+                if base is not None:
+                    self._record("Restarting", f"rolling out {config.describe()}", False)
+                changed, deployment = True, self.deployment()
+        elif config.replicas != base.replicas:
+            self.scale(base.with_changes(replicas=config.replicas))
+            changed, deployment = True, self.deployment()
+        rollout = self._rollout(deployment, config)
+        if rollout is not None:
+            return rollout
+        if not self._hot_capable():
+            return ApplyResult.success(changed=changed)  # pods run the template's arguments, nothing else
+        return self._sync_pods(config, changed)
 
     def ready(self) -> bool:
         deployment = self.deployment()
-        if deployment is None or not rollout_state(deployment).done:
-            return False
-        base = config_from_annotation(deployment)
-        if self.live is not None and base is not None and _differs_live(self.live, base):
-            self._sync_pods(self.live, retry_s=0.0)  # pods (re)started from the template since; retried next tick
-        return True
+        return deployment is not None and rollout_state(deployment).done
 
     # --- how ----------------------------------------------------------------------------------------------
-    def _hot(self, base: RuntimeConfig, config: RuntimeConfig) -> bool:
-        builtin = self.tm.spec.runtime.engine is Engine.BUILTIN
-        return builtin and self.tm.spec.tuning.hot_reconfigure and not base.needs_restart(config)
+    def _hot_capable(self) -> bool:
+        return self.tm.spec.runtime.engine is Engine.BUILTIN and self.tm.spec.tuning.hot_reconfigure
 
-    def _apply_hot(self, base: RuntimeConfig, config: RuntimeConfig) -> ApplyResult:
-        if config.replicas != base.replicas:
-            self.scale(base.with_changes(replicas=config.replicas))
-        result = self._await_rollout()
-        if not result.ok:
-            return result
-        running = self.live or base  # what the pods run now: unknown after a restart means the template's config
-        self.live = config
-        if not _differs_live(config, base) and not _differs_live(config, running):
-            return ApplyResult.success()  # the pods started with exactly these knobs and still run them
-        calls = self._sync_pods(config, retry_s=ADMIN_CONNECT_RETRY_S)
-        failed = [c for c in calls if not c.ok]
-        if failed:
-            detail = "; ".join(f"{c.pod}: {c.status_code or c.error}" for c in failed)
-            return ApplyResult.failure(f"POST /admin/config failed on {detail}", crashed=False)
-        return ApplyResult.success()
+    def _hot(self, base: RuntimeConfig, config: RuntimeConfig) -> bool:
+        return self._hot_capable() and not base.needs_restart(config)
 
     def scale(self, base: RuntimeConfig) -> None:
         """Change the replica count only (the pod template, hence the running pods, stay as they are)."""
@@ -157,28 +174,34 @@ class KubernetesBackend:
                                     "spec": {"replicas": base.replicas}})
         self._record("Scaled", f"replicas -> {base.replicas}", False)
 
-    def _await_rollout(self) -> ApplyResult:
-        deadline = time.monotonic() + self.settings.rollout_timeout_s
-        stuck_since: float | None = None  # when pods were first seen unschedulable, without a break
-        while time.monotonic() < deadline and not self._should_stop():
-            deployment = self.deployment()
-            state = rollout_state(deployment) if deployment else Rollout(False, "Deployment vanished")
-            if state.done:
-                return ApplyResult.success()
-            problem = state.problem or self._pod_problem(transient=False)
-            unschedulable = None if problem else self._pod_problem(transient=True)
-            stuck_since = (stuck_since or time.monotonic()) if unschedulable else None
-            if unschedulable and time.monotonic() - (stuck_since or 0) > self.settings.unschedulable_grace_s:
-                problem = unschedulable
-            if problem:
-                self._record("RolloutFailed", problem, True)
-                return ApplyResult.failure(problem, crashed=True)
-            time.sleep(1.0)
-        if self._should_stop():
-            raise OperatorStopping
-        message = f"rollout not finished after {self.settings.rollout_timeout_s:.0f} s"
-        self._record("RolloutFailed", message, True)
-        return ApplyResult.failure(message, crashed=True)
+    def _rollout(self, deployment: dict[str, Any] | None, config: RuntimeConfig) -> ApplyResult | None:
+        """None when the rollout is done; otherwise how it stands, without waiting for it."""
+        state = rollout_state(deployment) if deployment else Rollout(False, "Deployment vanished")
+        key = f"rollout:{config.key()}"
+        if state.done:
+            self._forget("rollout:", "unschedulable")
+            return None
+        problem = state.problem or self._pod_problem(transient=False)
+        unschedulable = None if problem else self._pod_problem(transient=True)
+        if unschedulable is None:
+            self._waiting_since.pop("unschedulable", None)
+        elif self._waited("unschedulable") > self.settings.unschedulable_grace_s:
+            problem = unschedulable
+        if problem is None and self._waited(key) > self.settings.rollout_timeout_s:
+            problem = f"rollout not finished after {self.settings.rollout_timeout_s:.0f} s"
+        if problem is not None:
+            self._forget("rollout:", "unschedulable")
+            self._record("RolloutFailed", problem, True)
+            return ApplyResult.failure(problem, crashed=True)
+        return ApplyResult.rolling_out(unschedulable or state.progress or "rollout in progress")
+
+    def _waited(self, what: str) -> float:
+        """Seconds since `what` was first seen pending, on this operator (a restart starts the clock again)."""
+        return self._clock() - self._waiting_since.setdefault(what, self._clock())
+
+    def _forget(self, *prefixes: str) -> None:
+        for key in [k for k in self._waiting_since if k.startswith(prefixes)]:
+            del self._waiting_since[key]
 
     def _pod_problem(self, transient: bool) -> str | None:
         for pod in self.pods():
@@ -194,25 +217,42 @@ class KubernetesBackend:
     def ready_pods(self) -> list[dict[str, Any]]:
         return [p for p in self.pods() if pod_ready(p)]
 
-    # --- hot reconfiguration --------------------------------------------------------------------------------
-    def _sync_pods(self, config: RuntimeConfig, retry_s: float) -> list[AdminCall]:
-        """POST the config to every ready pod that has not had it yet; returns the calls made."""
-        calls = []
-        token: str | None = None
+    # --- the invariant: read back, re-send where it differs ----------------------------------------------------
+    def _sync_pods(self, config: RuntimeConfig, changed: bool) -> ApplyResult:
+        wanted = config.admin_payload()
+        token = self.admin_token()
+        unreachable, refused, sent = [], [], []
         for pod in self.ready_pods():
-            key = (pod["metadata"]["uid"], config.key())
-            if key in self._synced:
+            name = pod["metadata"]["name"]
+            live = self._call_admin(pod, "GET", None, token)
+            if live.ok and live.live is not None and runs(live.live, wanted):
+                self._waiting_since.pop(f"admin:{name}", None)
                 continue
-            token = token or self.admin_token()
-            call = self.post_admin_config(pod, config, token, retry_s)
-            calls.append(call)
-            if call.ok:
-                self._synced.add(key)
-        if calls and (retry_s > 0 or any(c.ok for c in calls)):  # a background retry that failed stays quiet
-            ok = sum(c.ok for c in calls)
-            self._record("Reconfigured", f"POST /admin/config {config.describe()} to {ok}/{len(calls)} pods "
-                         f"({', '.join(c.pod for c in calls)})", ok < len(calls))
-        return calls
+            if live.status_code is None:
+                unreachable.append(name)
+                continue
+            posted = self._call_admin(pod, "POST", wanted, token)
+            if posted.ok and posted.live is not None and runs(posted.live, wanted):
+                sent.append(name)
+            else:
+                refused.append(f"{name}: {posted.status_code or ''} {posted.error}".strip())
+        if sent:
+            self._record("Reconfigured", f"POST /admin/config {config.describe()} to {', '.join(sent)}", False)
+        if refused:
+            detail = "; ".join(refused)
+            self._record("ReconfigureFailed", f"{config.describe()}: {detail}", True)
+            return ApplyResult.failure(f"POST /admin/config failed on {detail}", crashed=False)
+        if unreachable:
+            return self._unreachable(unreachable)
+        return ApplyResult.success(changed=changed or bool(sent))
+
+    def _unreachable(self, pods: list[str]) -> ApplyResult:
+        """A pod turns Ready a moment before its address answers from everywhere: wait a while, then give up."""
+        waited = max(self._waited(f"admin:{name}") for name in pods)
+        if waited > ADMIN_CONNECT_RETRY_S:
+            return ApplyResult.failure(f"/admin/config unreachable for {waited:.0f} s on {', '.join(pods)}",
+                                       crashed=False)
+        return ApplyResult.rolling_out(f"waiting for /admin/config on {', '.join(pods)}")
 
     def admin_token(self) -> str:
         secret = self.api.get(object_path("Secret", self.namespace, self.names.secret))
@@ -220,42 +260,48 @@ class KubernetesBackend:
             raise KubeError(404, f"Secret {self.names.secret} has no key 'token'")
         return base64.b64decode(secret["data"]["token"]).decode()
 
-    def post_admin_config(self, pod: dict[str, Any], config: RuntimeConfig, token: str, retry_s: float) -> AdminCall:
-        """POST the hot knobs to one pod, retrying while it does not accept connections yet (a pod turns Ready a
-        moment before its address is reachable from everywhere)."""
+    def _call_admin(self, pod: dict[str, Any], method: str, payload: dict[str, Any] | None, token: str) -> AdminCall:
         name = pod["metadata"]["name"]
         # The API server's pod proxy drops Authorization after authenticating us; the runtime also reads this one.
         headers = {"Authorization": f"Bearer {token}", "X-Slotune-Admin-Token": token}
-        deadline = time.monotonic() + retry_s
-        while True:
-            try:
-                response = self._send_admin(pod, config.admin_payload(), headers)
-            except (httpx.TransportError, _NoRoute) as error:
-                if self._should_stop():
-                    raise OperatorStopping from error
-                if time.monotonic() > deadline:
-                    return AdminCall(name, None, type(error).__name__)
-                time.sleep(1.0)
-                continue
-            return AdminCall(name, response.status_code, "" if response.status_code == 200 else response.text[:200])
+        try:
+            response = self._send_admin(pod, method, payload, headers)
+        except (httpx.TransportError, _NoRoute) as error:
+            return AdminCall(name, None, type(error).__name__)
+        if response.status_code != 200:
+            return AdminCall(name, response.status_code, response.text[:200])
+        try:
+            return AdminCall(name, 200, live=response.json())
+        except ValueError:
+            return AdminCall(name, 200, "answer is not JSON")
 
-    def _send_admin(self, pod: dict[str, Any], payload: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
+    def _send_admin(self, pod: dict[str, Any], method: str, payload: dict[str, Any] | None,
+                    headers: dict[str, str]) -> httpx.Response:
         name = pod["metadata"]["name"]
         if self.settings.pod_endpoints_file is not None:
             url = self.settings.pod_endpoints().get(f"{self.namespace}/{name}")
             if url is None:
                 raise _NoRoute(f"{name} is not in {self.settings.pod_endpoints_file}")
-            return httpx.post(f"{url.rstrip('/')}/admin/config", json=payload, headers=headers, timeout=30)
+            return httpx.request(method, f"{url.rstrip('/')}/admin/config", json=payload, headers=headers,
+                                 timeout=ADMIN_TIMEOUT_S)
         if self.settings.admin_transport is AdminTransport.PROXY:
             path = f"/api/v1/namespaces/{self.namespace}/pods/{name}:{RUNTIME_PORT}/proxy/admin/config"
-            return self.api.request("POST", path, body=payload, headers=headers)
+            return self.api.request(method, path, body=payload, headers=headers)
         url = f"http://{pod['status']['podIP']}:{RUNTIME_PORT}/admin/config"
-        return httpx.post(url, json=payload, headers=headers, timeout=30)
+        return httpx.request(method, url, json=payload, headers=headers, timeout=ADMIN_TIMEOUT_S)
 
 
-def _differs_live(a: RuntimeConfig, b: RuntimeConfig) -> bool:
-    """Whether two configs differ in a knob the runtime changes live."""
-    return a.admin_payload() != b.admin_payload()
+def runs(live: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """Whether a pod's answer from /admin/config shows every knob of `wanted` at its value (the runtime may answer
+    with more fields than the operator sets, e.g. a speculative config's defaults)."""
+    for key, value in wanted.items():
+        have = live.get(key)
+        if isinstance(value, Mapping) and isinstance(have, Mapping):
+            if not runs(have, value):
+                return False
+        elif have != value:
+            return False
+    return True
 
 
 class _NoRoute(Exception):
@@ -269,11 +315,13 @@ def rollout_state(deployment: dict[str, Any]) -> Rollout:
         if condition.get("type") == "Progressing" and condition.get("reason") == "ProgressDeadlineExceeded":
             return Rollout(False, f"rollout stalled: {condition.get('message', '')}")
     if status.get("observedGeneration", 0) < deployment["metadata"].get("generation", 0):
-        return Rollout(False)
+        return Rollout(False, progress="the Deployment controller has not seen the change yet")
     wanted = spec.get("replicas", 1)
     done = (status.get("updatedReplicas", 0) >= wanted and status.get("replicas", 0) == wanted
             and status.get("readyReplicas", 0) >= wanted and status.get("availableReplicas", 0) >= wanted)
-    return Rollout(done)
+    progress = (f"{status.get('updatedReplicas', 0)}/{wanted} updated, {status.get('readyReplicas', 0)}/{wanted} "
+                f"ready, {status.get('replicas', 0)} in all")
+    return Rollout(done, progress=progress)
 
 
 def pod_ready(pod: dict[str, Any]) -> bool:

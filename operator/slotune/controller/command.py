@@ -25,7 +25,8 @@ _FLAGS = {
     "liveness_endpoint": "liveness URL kopf serves (default http://0.0.0.0:8080/healthz); empty: none",
     "admin_transport": "how /admin/config is reached: direct (pod IP) or proxy (API server pod proxy)",
     "pod_endpoints_file": "test harness only: JSON {NAMESPACE/POD: URL} overriding where pods are reached",
-    "tick_s": "seconds between two steps of a TunedModel's tuning loop",
+    "tick_s": "seconds between two looks at a TunedModel while a rollout or retry is in flight",
+    "workers": "threads for API server and Prometheus requests, shared by all TunedModels",
     "rollout_timeout_s": "longest wait for a rollout before a change counts as failed",
     "unschedulable_grace_s": "how long a new pod may stay unschedulable before its rollout counts as failed",
 }

@@ -2,26 +2,36 @@
 
 Each handler parses the body into the typed TunedModel on its first line, delegates to slotune.controller.run, and
 returns nothing (kopf would otherwise write return values into the status). Children are garbage-collected through
-their owner references, so deletion needs no handler. The per-resource daemon drives the tuning loop in its own
-thread; a new spec generation starts a new run, the status keeps the loop's state across operator restarts.
+their owner references, so deletion needs no handler.
+
+Every handler is async and holds no thread: the blocking work (API requests, PromQL queries) of all TunedModels runs
+on one bounded pool (`settings.workers` threads), a short call at a time. The per-resource daemon sleeps on the event
+loop until its next tick has work (a window's end, a rollout to look at), so a thousand TunedModels cost a thousand
+sleeping coroutines, not a thousand threads, and deletion or SIGTERM stops them at once. A tick that raises is
+reported on the resource and retried with backoff; the status keeps the loop's state across operator restarts.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import kopf
 
 from slotune.api import GROUP, PLURAL, VERSION, InvalidTunedModel, TunedModel, parse_tunedmodel
-from slotune.backends.kube_api import KubeAPI, KubeError
-from slotune.backends.kubernetes import OperatorStopping
+from slotune.backends.kube_api import KubeAPI
+from slotune.backends.kube_deployment import ChildRefused
+from slotune.controller.events import EventRecorder
 from slotune.controller.run import TuningRun, deploy
 from slotune.settings import OperatorSettings, load_settings
 
 log = logging.getLogger(__name__)
 RESOURCE = (GROUP, VERSION, PLURAL)
+MAX_BACKOFF_S = 60.0
+T = TypeVar("T")
 
 
 def _plain(value: Any) -> Any:
@@ -41,9 +51,10 @@ def parse(body: Mapping[str, Any]) -> TunedModel:
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     memo.settings = load_settings()
-    memo.api = KubeAPI.from_environment()
+    memo.api = KubeAPI.from_environment(max_connections=memo.settings.workers)
+    memo.pool = ThreadPoolExecutor(max_workers=memo.settings.workers, thread_name_prefix="slotune")
     logging.getLogger("slotune").setLevel(memo.settings.log_level.upper())
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request would drown the operator's log
     settings.posting.level = logging.WARNING  # slotune posts its own events with reasons
@@ -52,48 +63,69 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 
 
 @kopf.on.cleanup()
-def close(memo: kopf.Memo, **_: Any) -> None:
+async def close(memo: kopf.Memo, **_: Any) -> None:
+    memo.pool.shutdown(wait=False, cancel_futures=True)
     memo.api.close()
 
 
+async def blocking(memo: kopf.Memo, call: Callable[..., T], *args: Any) -> T:
+    """Run one short blocking call (HTTP requests, no sleeps) on the operator's bounded pool."""
+    return await asyncio.get_running_loop().run_in_executor(memo.pool, call, *args)
+
+
 @kopf.on.create(*RESOURCE)
-def created(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    tm = parse(body)
-    _deploy(memo, tm, restart_tuning=True)
+async def created(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    await _deploy(memo, parse(body), restart_tuning=True)
 
 
 @kopf.on.update(*RESOURCE, field="spec")
-def spec_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    tm = parse(body)
-    _deploy(memo, tm, restart_tuning=True)
+async def spec_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    await _deploy(memo, parse(body), restart_tuning=True)
 
 
 @kopf.on.resume(*RESOURCE)
-def resumed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    tm = parse(body)
-    _deploy(memo, tm, restart_tuning=False)
+async def resumed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    await _deploy(memo, parse(body), restart_tuning=False)
 
 
-def _deploy(memo: kopf.Memo, tm: TunedModel, restart_tuning: bool) -> None:
+async def _deploy(memo: kopf.Memo, tm: TunedModel, restart_tuning: bool) -> None:
     try:
-        deploy(memo.api, tm, memo.settings, restart_tuning)
-    except KubeError as error:
-        raise kopf.TemporaryError(f"applying children failed: {error}", delay=5) from error
+        await blocking(memo, deploy, memo.api, tm, memo.settings, restart_tuning)
+    except ChildRefused as error:
+        # Retrying cannot help; the daemon's first step meets the same refusal and sets Degraded with it.
+        await blocking(memo, EventRecorder(memo.api, tm), "ChildRefused", str(error), True)
+        raise kopf.PermanentError(str(error)) from error
+    except Exception as error:
+        raise kopf.TemporaryError(f"applying children failed: {type(error).__name__}: {error}", delay=5) from error
 
 
-@kopf.daemon(*RESOURCE, cancellation_timeout=15.0)
-def tune(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any) -> None:
-    tm = parse(body)
+@kopf.daemon(*RESOURCE, cancellation_timeout=1.0)
+async def tune(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any) -> None:
     settings: OperatorSettings = memo.settings
     run: TuningRun | None = None
+    failures = 0
     while not stopped:
-        tm = parse(body)  # the daemon's body follows the live object
+        delay = settings.tick_s
         try:
+            tm = parse(body)  # the daemon's body follows the live object
             if run is None or run.generation != tm.metadata.generation:
-                run = TuningRun(memo.api, tm, settings, wait=lambda seconds: bool(stopped.wait(seconds)))
-            run.tick()
-        except OperatorStopping:
-            return
-        except (KubeError, OSError) as error:
-            log.warning("%s/%s: tick failed, retrying: %s", tm.metadata.namespace, tm.metadata.name, error)
-        stopped.wait(settings.tick_s)
+                run = await blocking(memo, TuningRun, memo.api, tm, settings)
+            delay = await blocking(memo, run.tick)
+            failures = 0
+        except kopf.PermanentError as error:  # an invalid spec: nothing to tune until it is edited
+            log.warning("%s/%s: %s", body.metadata.namespace, body.metadata.name, error)
+        except Exception as error:  # a fault is a value: report it, keep the saved state, back off, retry
+            failures += 1
+            delay = min(settings.tick_s * 2**failures, MAX_BACKOFF_S)
+            log.warning("%s/%s: tick failed (retry in %.0f s): %s: %s", body.metadata.namespace,
+                        body.metadata.name, delay, type(error).__name__, error)
+            if run is not None:
+                await _report(memo, run, error)
+        await stopped.wait(delay)
+
+
+async def _report(memo: kopf.Memo, run: TuningRun, error: Exception) -> None:
+    try:
+        await blocking(memo, run.report_fault, error)
+    except Exception as failed:  # the API server may be the fault: the log line above is all there is
+        log.warning("could not report the fault: %s: %s", type(failed).__name__, failed)

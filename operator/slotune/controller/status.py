@@ -4,7 +4,9 @@
 `StatusStateStore` is the loop's `StateStore` on Kubernetes: it writes that body through the status subresource
 together with the full `TuningState` as a JSON string under `status.kopf.slotuneState` (the one field the CRD's
 structural schema leaves open, `x-kubernetes-preserve-unknown-fields`), keyed by the spec generation it was tuned
-for, so a restarted operator resumes where the last one stopped and a changed spec starts over.
+for, so a restarted operator resumes where the last one stopped and a changed spec starts over. The store is the
+only writer of that state, so it reads it from the API server once and answers later loads from memory: a tick
+that has nothing to do costs no request.
 """
 
 from __future__ import annotations
@@ -127,6 +129,8 @@ class StatusStateStore:
         return (found or {}).get("status") or {}
 
     def load(self) -> TuningState | None:
+        if self._last is not None:
+            return self._last
         saved = ((self._read().get("kopf") or {}).get(STATE_KEY)) or {}
         if not saved or saved.get("generation") != self.generation:
             return None  # never tuned, or tuned for an older spec: start over
@@ -143,4 +147,17 @@ class StatusStateStore:
 
     def last(self) -> TuningState | None:
         return self._last
+
+    def report_fault(self, message: str) -> None:
+        """Degraded=True (reason TickFailed) without touching the saved state; the next save recomputes it."""
+        previous = [Condition.model_validate(c) for c in self._read().get("conditions") or []]
+        now = datetime.now(UTC)
+        kept = [c for c in previous if c.type is not ConditionType.DEGRADED]
+        since = next((c.last_transition_time for c in previous if c.type is ConditionType.DEGRADED
+                      and c.status is ConditionStatus.TRUE), now)
+        fault = Condition(type=ConditionType.DEGRADED, status=ConditionStatus.TRUE, reason="TickFailed",
+                          message=message[:32768], last_transition_time=since, observed_generation=self.generation)
+        conditions = [*kept, fault]
+        body = [c.model_dump(by_alias=True, mode="json", exclude_none=True) for c in conditions]
+        self.api.merge_patch(self.path, {"status": {"conditions": body}})
 

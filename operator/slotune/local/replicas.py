@@ -51,7 +51,7 @@ class LocalReplicas:
     def apply(self, config: RuntimeConfig) -> ApplyResult:
         previous = self.config
         if previous == config and self.ready():
-            return ApplyResult.success()
+            return ApplyResult.success(changed=False)
         try:
             if previous is None or previous.needs_restart(config) or not self.settings.hot_reconfigure:
                 self._restart_all(config)

@@ -8,6 +8,7 @@ from slotune.loop.protocols import (
     MemoryStateStore,
     MetricsUnavailable,
     StateStore,
+    WindowOpen,
 )
 from slotune.loop.state import HistoryRecord, InfeasibleReport, PendingChange, TuningState
 from slotune.loop.tuner import Tuner, TuningProblem, badness
@@ -26,5 +27,6 @@ __all__ = [
     "Tuner",
     "TuningProblem",
     "TuningState",
+    "WindowOpen",
     "badness",
 ]

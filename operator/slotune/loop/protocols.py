@@ -22,19 +22,36 @@ class ApplyResult:
     ok: bool
     reason: str = ""
     crashed: bool = False  # the runtime died or never became ready under the config
+    in_progress: bool = False  # the change is made but does not serve yet: ask again (ok is False meanwhile)
+    changed: bool = False  # this call changed what runs (a measurement window must start after it)
 
     @classmethod
-    def success(cls) -> ApplyResult:
-        return cls(True)
+    def success(cls, changed: bool = True) -> ApplyResult:
+        return cls(True, changed=changed)
 
     @classmethod
     def failure(cls, reason: str, crashed: bool = True) -> ApplyResult:
         return cls(False, reason, crashed)
 
+    @classmethod
+    def rolling_out(cls, reason: str) -> ApplyResult:
+        return cls(False, reason, in_progress=True, changed=True)
+
+
+class WindowOpen(Exception):
+    """The window to judge has not ended yet; step again at `ends_at_s` (unix seconds)."""
+
+    def __init__(self, ends_at_s: float) -> None:
+        super().__init__(f"window ends at {ends_at_s:.1f}")
+        self.ends_at_s = ends_at_s
+
 
 class Backend(Protocol):
     def apply(self, config: RuntimeConfig) -> ApplyResult:
-        """Run `config` (restart or hot reconfigure) and return once it serves, or why it does not."""
+        """Make the deployment run `config` (restart or hot reconfigure). Idempotent: asked again for the same config
+        it reports progress, and asked for the config that already runs it checks every replica still runs it,
+        repairing any that drifted (`changed` then says so). Returns ok once it serves, `rolling_out` while it is
+        on its way, or why it does not serve."""
         ...
 
     def ready(self) -> bool:
@@ -44,7 +61,7 @@ class Backend(Protocol):
 
 class MeasurementSource(Protocol):
     def measure(self, window_s: float) -> MetricsSnapshot:
-        """One window of measurements; raises MetricsUnavailable when there is none."""
+        """One window of measurements; raises MetricsUnavailable when there is none, WindowOpen while it lasts."""
         ...
 
 

@@ -73,6 +73,7 @@ class TuningState(_Frozen):
     best_badness: float | None = None  # worst observed/target ratio of the best config's window (<= 1: met)
     baseline: MetricsSnapshot | None = None  # the window the pending change is compared against
     pending: PendingChange | None = None
+    rollout: RuntimeConfig | None = None  # asked of the backend (first deploy, rollback), not serving yet
     first_after: MetricsSnapshot | None = None  # an inconclusive first window of the pending change (pooled next)
     history: tuple[HistoryRecord, ...] = ()
     failed_keys: frozenset[str] = frozenset()  # crashed or never ready: never again
@@ -120,9 +121,9 @@ class TuningState(_Frozen):
     @property
     def at_rest(self) -> bool:
         """Nothing left to do until the workload changes: Infeasible or Degraded, or Converged with no cost-saving
-        change left to try, and no change in flight."""
+        change left to try, and no change or rollout in flight."""
         done = self.phase in (Phase.INFEASIBLE, Phase.DEGRADED) or (self.phase is Phase.CONVERGED and self.settled)
-        return done and self.pending is None
+        return done and self.pending is None and self.rollout is None
 
     @property
     def running(self) -> RuntimeConfig:

@@ -5,6 +5,11 @@ side effect, and a decided change is saved as an intent before the backend appli
 point resumes where it stopped: an unapplied intent is applied again, an applied change is verified by the next
 window. Faults: no metrics -> keep the config and say so; a config that crashes or never serves -> roll back to the
 previous one and never try it again. After convergence a single bad window does not restart tuning (hysteresis).
+
+A step never waits: a rollout still in progress or a window still open ends the step with the state saved, and
+`wake_at_s` says when stepping again is worth it. After a window ends the backend is asked to confirm that every
+replica still runs the config the state calls running; a replica that drifted is repaired and the window discarded,
+so a verdict is never drawn from a config that did not run. `tuning.mode: off` runs the same step and only reports.
 """
 
 from __future__ import annotations
@@ -16,10 +21,10 @@ from dataclasses import dataclass, replace
 
 from slotune.api.spec import TunedModelSpec
 from slotune.api.status import DiagnosisReport, Observed, Phase, Verdict
-from slotune.api.tuning import Knob, TuningSpec
+from slotune.api.tuning import Knob, TuningMode, TuningSpec
 from slotune.diagnosis import diagnose
 from slotune.knobs import RuntimeConfig
-from slotune.loop.protocols import Backend, MeasurementSource, MetricsUnavailable, StateStore
+from slotune.loop.protocols import ApplyResult, Backend, MeasurementSource, MetricsUnavailable, StateStore, WindowOpen
 from slotune.loop.state import HistoryRecord, InfeasibleReport, PendingChange, TuningState, now_utc
 from slotune.perfmodel.accelerators import accelerator
 from slotune.perfmodel.deployment import Deployment
@@ -76,23 +81,36 @@ class Tuner:
     def __init__(self, problem: TuningProblem, backend: Backend, source: MeasurementSource, store: StateStore,
                  clock: Callable[[], float] = time.time) -> None:
         self.problem, self.backend, self.source, self.store, self.clock = problem, backend, source, store, clock
+        self.wake_at_s: float | None = None  # when the last step expects the next one to have work (None: soon)
 
     # -- public ---------------------------------------------------------------------------------------------------
 
     def step(self) -> TuningState:
-        """Judge one window (or finish an interrupted apply). Returns the saved state."""
+        """Judge one window (or advance a rollout, or finish an interrupted apply). Returns the saved state."""
+        self.wake_at_s = None
         state = self.store.load() or self._start()
+        if state.rollout is not None:
+            state = self._await_rollout(state)
+            if state.rollout is not None or state.phase is Phase.DEGRADED:
+                return state
         if state.phase in (Phase.INFEASIBLE, Phase.DEGRADED) and state.pending is None:
             return state
         if state.pending is not None and not state.pending.applied:
             return self._save(self._apply_pending(state))
         if self.clock() < state.cooldown_until_s:
+            self.wake_at_s = state.cooldown_until_s
             return state
         try:
             snapshot = self.source.measure(self.problem.tuning.window_s)
+        except WindowOpen as open_window:
+            self.wake_at_s = open_window.ends_at_s
+            return state
         except MetricsUnavailable as error:
             return self._save(state.evolve(metrics_available=False,
                                            message=f"metrics unavailable, keeping the current config: {error}"))
+        served = self.backend.apply(state.running)
+        if not served.ok or served.changed:
+            return self._save(self._drifted(state, served))
         if snapshot.num_requests < self.problem.tuning.min_samples:
             return self._save(state.evolve(metrics_available=True, message=(
                 f"window has {snapshot.num_requests} requests, fewer than minSamples "
@@ -100,6 +118,8 @@ class Tuner:
         state = state.evolve(iteration=state.iteration + 1, metrics_available=True, observed=Observed.of(snapshot),
                              slo_met=self.problem.slo.is_met(snapshot),
                              speed_ratios=self._speed_ratios(state, snapshot))
+        if self.problem.tuning.mode is TuningMode.OFF:
+            return self._save(state.evolve(phase=Phase.MEASURING, message="tuning off: reporting only"))
         if state.pending is not None:
             state, kept = self._verify(state, snapshot)
             if not kept:
@@ -119,11 +139,48 @@ class Tuner:
 
     def _start(self) -> TuningState:
         state = TuningState.initial(self.problem.initial)
-        result = self.backend.apply(state.current)
+        return self._save(self._started(state, self.backend.apply(state.current)))
+
+    def _started(self, state: TuningState, result: ApplyResult) -> TuningState:
+        if result.in_progress:
+            return state.evolve(rollout=state.current, message=f"deploying {state.current.describe()}: "
+                                f"{result.reason}")
         if not result.ok:
-            return self._save(state.evolve(phase=Phase.DEGRADED, message=f"initial config failed: {result.reason}",
-                                           failed_keys=frozenset({state.current.key()})))
-        return self._save(state.evolve(phase=Phase.MEASURING, message="measuring the baseline"))
+            return state.evolve(phase=Phase.DEGRADED, rollout=None, message=f"initial config failed: {result.reason}",
+                                failed_keys=state.failed_keys | {state.current.key()})
+        return state.evolve(phase=Phase.MEASURING, rollout=None, message=self._measuring_message())
+
+    def _measuring_message(self) -> str:
+        off = self.problem.tuning.mode is TuningMode.OFF
+        return "tuning off: measuring, never changing the config" if off else "measuring the baseline"
+
+    def _await_rollout(self, state: TuningState) -> TuningState:
+        """A config asked of the backend earlier (the first one, or a rollback) that did not serve yet."""
+        config = state.rollout
+        assert config is not None
+        result = self.backend.apply(config)
+        if result.in_progress:
+            if state.message.endswith(result.reason):
+                return state
+            return self._save(state.evolve(message=f"rolling out {config.describe()}: {result.reason}"))
+        if state.phase is Phase.DEPLOYING:
+            return self._save(self._started(state, result))
+        if not result.ok:
+            return self._save(state.evolve(rollout=None, phase=Phase.DEGRADED, message=(
+                f"rollback to {config.describe()} failed: {result.reason}")))
+        return self._save(state.evolve(rollout=None, message=f"running {config.describe()} again"))
+
+    def _drifted(self, state: TuningState, served: ApplyResult) -> TuningState:
+        """After a window, the backend found replicas not running the config the state calls running."""
+        running = state.running.describe()
+        if served.in_progress:
+            return state.evolve(message=f"window discarded: replicas are not all serving {running} "
+                                f"({served.reason}); waiting for them")
+        if not served.ok:
+            return state.evolve(phase=Phase.DEGRADED, message=f"replicas cannot be brought to run {running}: "
+                                f"{served.reason}")
+        return state.evolve(message=f"window discarded: a replica did not run {running} "
+                            f"({served.reason or 'repaired'}); measuring again")
 
     def _judge(self, state: TuningState, snapshot: MetricsSnapshot) -> TuningState:
         state = self._track_best(state, snapshot)
@@ -200,6 +257,8 @@ class Tuner:
         pending = state.pending
         assert pending is not None
         result = self.backend.apply(pending.config)
+        if result.in_progress:  # stays an unapplied intent: the next step asks the backend again
+            return state.evolve(message=f"rolling out {pending.change}: {result.reason}")
         applied = state.changes_applied + 1
         if result.ok:
             return state.evolve(pending=pending.model_copy(update={"applied": True}), changes_applied=applied,
@@ -238,8 +297,8 @@ class Tuner:
         state = self._restore(state.record(entry).evolve(pending=None, phase=Phase.TUNING, rolled_back_moves=moves,
                                                          message=f"rolled back {pending.change}: {verdict.reason}"),
                               pending.previous)
-        if state.phase is Phase.DEGRADED:
-            return state, False
+        if state.phase is Phase.DEGRADED or state.rollout is not None:
+            return state, False  # a rollback still rolling out: the next window of the restored config decides
         if pending.trim:  # the restored config met the SLO: stay converged, maybe try another saving later
             state = state.evolve(phase=Phase.CONVERGED, message=f"kept {state.current.describe()}: "
                                  f"{pending.change} broke the SLO")
@@ -251,6 +310,8 @@ class Tuner:
 
     def _restore(self, state: TuningState, config: RuntimeConfig) -> TuningState:
         result = self.backend.apply(config)
+        if result.in_progress:
+            return state.evolve(current=config, rollout=config)
         if result.ok:
             return state.evolve(current=config)
         return state.evolve(phase=Phase.DEGRADED, message=f"rollback to {config.describe()} failed: {result.reason}")

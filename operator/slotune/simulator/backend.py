@@ -32,6 +32,8 @@ class SimulatedDeployment:
     windows: int = 0
 
     def apply(self, config: RuntimeConfig) -> ApplyResult:
+        if config == self.running:
+            return ApplyResult.success(changed=False)  # the loop's check that what runs is still the config
         self.applied.append(config)
         error = self.deployment.startup_error(config)
         if error is not None:

@@ -7,7 +7,6 @@ import yaml
 
 from slotune.api import (
     Accelerator,
-    HardwareSpec,
     InvalidTunedModel,
     Knob,
     TunedModel,

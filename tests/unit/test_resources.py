@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from slotune.api import Accelerator, TunedModel, parse_tunedmodel
-from slotune.knobs import Engine, RuntimeConfig, SpeculativeConfig, SpeculativeMethod
+from slotune.knobs import RuntimeConfig, SpeculativeConfig, SpeculativeMethod
 from slotune.resources import (
     ADMIN_TOKEN_FILE,
     GPU_PRODUCTS,

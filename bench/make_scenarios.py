@@ -5,6 +5,11 @@ interactive tier on the L4 asks for a TPOT below what 8B weights can stream on 3
 Each scenario's simulated hardware departs from the profile the tuner assumes by a seeded skew (achieved bandwidth
 x0.80-1.05, compute x0.70-1.10, fixed step costs x1-2): engines rarely reach their datasheet priors, and a tuner
 that only works when its model is exact would not work on a real cluster.
+Beyond that grid, families the policy's model does not match (`FAMILIES`): draft acceptance far from the prior
+(0.1, 0.9), burstier arrivals (CV 2 and 4), heavy-tailed prompt lengths, TPOT targets below the plain-decode floor that
+speculation or 8-bit weights reach, overloads far beyond maxReplicas (one with TPOT out of reach as well), and a
+workload that shifts mid-run (`shift`: after a number of measured windows the traffic changes, and the shifted
+workload is what the final config is scored on).
 Run `python bench/make_scenarios.py` after changing the table; the YAML files are committed.
 """
 
@@ -65,13 +70,77 @@ def scenario(workload: str, accel: str, tier: str) -> dict[str, object]:
     }
 
 
+QUALITY_KNOBS = ["max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "enable_prefix_caching",
+                 "speculative", "quantization", "replicas"]
+POOR_START = {"maxNumSeqs": 4, "maxNumBatchedTokens": 512, "enablePrefixCaching": False, "replicas": 1}
+# name: (note, accelerator, workload, draft acceptance, slo, tuning, start)
+Family = tuple[str, str, dict[str, object], float, dict[str, object], dict[str, object], dict[str, object]]
+FAMILIES: dict[str, Family] = {
+    "acceptance-high-h100": (
+        "TPOT below the plain-decode floor (~6.3 ms); drafts accepted at 0.9, far above the 0.5 prior: speculation "
+        "reaches it", "nvidia-h100-80gb", {"profile": "chat", "requestRatePerS": 4.0}, 0.9,
+        {"ttft": {"p99": 2000}, "tpot": {"p99": 4}}, {"bounds": {"maxReplicas": 4}}, POOR_START),
+    "acceptance-low-h100": (
+        "TPOT below the plain-decode floor; the 0.5 prior says speculation reaches it, the true acceptance of 0.1 "
+        "says no: infeasible once measured", "nvidia-h100-80gb", {"profile": "chat", "requestRatePerS": 4.0}, 0.1,
+        {"ttft": {"p99": 2000}, "tpot": {"p99": 5}}, {"bounds": {"maxReplicas": 4}}, POOR_START),
+    "below-floor-l4-quality": (
+        "TPOT below the L4's plain-decode floor (~66 ms), within reach of 8-bit weights (allowQualityChange) and "
+        "replicas", "nvidia-l4", {"profile": "chat", "requestRatePerS": 1.5}, 0.5,
+        {"ttft": {"p99": 2000}, "tpot": {"p99": 45}}, {"bounds": {"maxReplicas": 4}, "allowQualityChange": True,
+                                                       "knobs": QUALITY_KNOBS}, POOR_START),
+    "bursty-cv2-h100": (
+        "arrivals with CV 2: windows differ, the bound on P99 needs margin", "nvidia-h100-80gb",
+        {"profile": "chat", "requestRatePerS": 40.0, "arrival": "gamma", "arrivalCv": 2.0}, 0.45,
+        {"ttft": {"p99": 2000}, "tpot": {"p99": 100}}, {"bounds": {"maxReplicas": 4}}, POOR_START),
+    "bursty-cv4-h100": (
+        "arrivals with CV 4: bursts far above the mean rate", "nvidia-h100-80gb",
+        {"profile": "chat", "requestRatePerS": 30.0, "arrival": "gamma", "arrivalCv": 4.0}, 0.45,
+        {"ttft": {"p99": 3000}, "tpot": {"p99": 100}}, {"bounds": {"maxReplicas": 4}}, POOR_START),
+    "heavy-tail-h100": (
+        "prompt lengths with a heavy tail (p50 400, p99 7000 tokens): the mean prompt hides the long ones",
+        "nvidia-h100-80gb", {"profile": "custom", "requestRatePerS": 30.0, "arrival": "poisson",
+                             "promptTokens": {"p50": 400, "p99": 7000, "max": 7900},
+                             "outputTokens": {"p50": 150, "p99": 600}}, 0.45,
+        {"ttft": {"p99": 2000}, "tpot": {"p99": 100}}, {"bounds": {"maxReplicas": 4}}, POOR_START),
+    "overload-l4": (
+        "a load ~90 L4 replicas would carry against maxReplicas 4: infeasible on the capacity evidence",
+        "nvidia-l4", {"profile": "chat", "requestRatePerS": 150.0}, 0.45,
+        {"ttft": {"p99": 3000}, "tpot": {"p99": 100}}, {"bounds": {"maxReplicas": 4}}, POOR_START),
+    "tpot-out-of-reach-l4": (
+        "TPOT below every allowed config's floor (no 8-bit weights): infeasible, and TTFT still worth meeting",
+        "nvidia-l4", {"profile": "chat", "requestRatePerS": 1.0}, 0.45,
+        {"ttft": {"p99": 3000}, "tpot": {"p99": 20}}, {"bounds": {"maxReplicas": 4}}, POOR_START),
+    "shift-up-h100": (
+        "the load triples and the text gets less predictable mid-run: a converged config must be retuned",
+        "nvidia-h100-80gb", {"profile": "chat", "requestRatePerS": 20.0}, 0.45,
+        {"ttft": {"p99": 2000}, "tpot": {"p99": 100}}, {"bounds": {"maxReplicas": 4}}, POOR_START),
+    "shift-down-l4": (
+        "an overload (infeasible) that subsides mid-run: Infeasible must re-open when the measured load changes",
+        "nvidia-l4", {"profile": "chat", "requestRatePerS": 150.0}, 0.45,
+        {"ttft": {"p99": 3000}, "tpot": {"p99": 100}}, {"bounds": {"maxReplicas": 4}}, POOR_START),
+}
+SHIFTS: dict[str, dict[str, object]] = {
+    "shift-up-h100": {"afterWindows": 8, "workload": {"profile": "chat", "requestRatePerS": 60.0},
+                      "specAcceptanceRate": 0.2},
+    "shift-down-l4": {"afterWindows": 6, "workload": {"profile": "chat", "requestRatePerS": 3.0}},
+}
+
+
+def family(name: str) -> dict[str, object]:
+    note, accelerator, workload, acceptance, slo, tuning, start = FAMILIES[name]
+    body = {"name": name, "note": note, "model": "llama-3.1-8b", "accelerator": accelerator, "workload": workload,
+            "specAcceptanceRate": acceptance, "hardwareSkew": skew(name), "slo": slo, "start": start,
+            "tuning": tuning, "requestsPerWindow": 150}
+    return body | ({"shift": SHIFTS[name]} if name in SHIFTS else {})
+
+
 def main() -> None:
     OUT.mkdir(exist_ok=True)
-    for workload in WORKLOADS:
-        for accel in ACCELERATORS:
-            for tier in TIERS:
-                body = scenario(workload, accel, tier)
-                (OUT / f"{body['name']}.yaml").write_text(yaml.safe_dump(body, sort_keys=False))
+    bodies = [scenario(w, a, t) for w in WORKLOADS for a in ACCELERATORS for t in TIERS]
+    bodies += [family(name) for name in FAMILIES]
+    for body in bodies:
+        (OUT / f"{body['name']}.yaml").write_text(yaml.safe_dump(body, sort_keys=False))
 
 
 if __name__ == "__main__":

@@ -111,3 +111,14 @@ def test_a_config_meets_the_slo_only_if_every_scored_window_does_and_later_windo
     assert evaluation.met == all(slo.is_met(w) for w in windows[:SCORED_WINDOWS] if w is not None)
     assert (evaluation.goodput_per_replica > 0) == evaluation.met
     assert evaluation.goodput_per_replica <= evaluator.offered_rate_per_s / config.replicas
+
+
+def test_a_shifting_scenario_is_scored_on_its_shifted_traffic_and_measured_on_both():
+    shifting = Scenario.model_validate(FEASIBLE | {"shift": {"afterWindows": 2, "specAcceptanceRate": 0.2,
+                                                             "workload": {"profile": "chat", "requestRatePerS": 60}}})
+    evaluator = Evaluator(shifting)
+    assert evaluator.scenario.workload.request_rate_per_s == 60 and evaluator.scenario.spec_acceptance_rate == 0.2
+    assert evaluator.before is not None and evaluator.before.scenario.workload.request_rate_per_s == 30
+    trace = run_slotune(evaluator, budget=6)
+    assert trace.final is not None
+    assert 0 <= evaluator.meets_fresh(trace.final) <= 3

@@ -54,7 +54,10 @@ def propose(diagnosis: Diagnosis, given: PolicyInput) -> Proposal | Infeasible:
         found = infeasible(diagnosis, given)
         reason = (f"the measured load needs about {overload} replicas even at {roomiest(given).describe()}; "
                   f"maxReplicas is {max_replicas(given)}")
-        return replace(found, reason=reason, best_effort=_first(capacity_steps(given), diagnosis, given))
+        needs = (f"about {overload} replicas (maxReplicas is {max_replicas(given)})",
+                 *(n for n in found.needs if "replicas (maxReplicas" not in n))
+        return replace(found, reason=reason, needs=needs,
+                       best_effort=_first(capacity_steps(given), diagnosis, given))
     proposal = _first(_remedies(diagnosis, given), diagnosis, given)
     if proposal is not None:
         return proposal

@@ -27,6 +27,8 @@ from slotune.tunerbench.scenario import Scenario
 from slotune.workload import plan_requests
 
 SCORED_WINDOWS = 2
+FRESH_SEEDS = 3
+FRESH_SEED_OFFSET = 10_000  # far past any window a strategy measures
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,13 @@ class Evaluation:
 
 
 class Evaluator:
+    """Scores configurations on the scenario's final traffic (after any shift); `before` serves the windows measured
+    before a shift."""
+
     def __init__(self, scenario: Scenario) -> None:
+        self.before = Evaluator(scenario.initial) if scenario.shift is not None else None
+        self.after_windows = scenario.shift.after_windows if scenario.shift is not None else 0
+        scenario = scenario.final
         self.scenario = scenario
         self.deployment = scenario.deployment  # what the tuner is told
         self.simulated = scenario.simulated_deployment  # what the simulator plays (see HardwareSkew)
@@ -66,6 +74,12 @@ class Evaluator:
         if key not in self._cache:
             self._cache[key] = self._run(config)
         return self._cache[key]
+
+    def meets_fresh(self, config: RuntimeConfig, seeds: int = FRESH_SEEDS) -> int:
+        """On how many of `seeds` windows of traffic no strategy measured (seeds from FRESH_SEED_OFFSET on) the
+        config meets the SLO: whether it holds beyond the windows it was chosen on."""
+        found = (self.window(config, FRESH_SEED_OFFSET + i) for i in range(seeds))
+        return sum(w is not None and self.scenario.slo.is_met(w) for w in found)
 
     def window(self, config: RuntimeConfig, index: int) -> MetricsSnapshot | None:
         """The index-th window of traffic a running config serves (seed + index); None if it cannot start."""

@@ -24,6 +24,7 @@ class StrategyResult:
     declared_infeasible: bool
     best_so_far: tuple[float, ...]  # best goodput / oracle after each applied configuration
     final_config: str
+    fresh_met: int | None = None  # of FRESH_SEEDS windows no strategy measured, how many the final config meets
 
     @property
     def configs_to_near_oracle(self) -> int | None:
@@ -81,5 +82,6 @@ def _score(trace: Trace, evaluator: Evaluator, oracle: Evaluation, feasible: boo
     for evaluation in trace.applied:
         best = max(best, evaluation.goodput_per_replica)
         curve.append(best / oracle.goodput_per_replica if feasible and oracle.goodput_per_replica > 0 else 0.0)
+    fresh = evaluator.meets_fresh(final) if final is not None and feasible and trace.strategy == "slotune" else None
     return StrategyResult(trace.strategy, to_slo, ratio, trace.regressions, trace.declared_infeasible, tuple(curve),
-                          final.describe() if final is not None else "-")
+                          final.describe() if final is not None else "-", fresh)

@@ -45,6 +45,18 @@ class HardwareSkew(BaseModel):
         return replace(deployment, efficiency=skewed)
 
 
+class Shift(BaseModel):
+    """The traffic changing mid-run: after `afterWindows` measured windows the deployment serves another workload
+    (and drafts are accepted at another rate). The final config is scored on the shifted workload."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+    after_windows: int = Field(ge=1, le=100, description="Measured windows of the first workload before the shift.")
+    workload: WorkloadSpec
+    spec_acceptance_rate: float | None = Field(default=None, ge=0, lt=1, description="Acceptance after the shift "
+                                               "(default: unchanged).")
+
+
 class Scenario(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
@@ -63,6 +75,22 @@ class Scenario(BaseModel):
     requests_per_window: int = Field(default=150, ge=20, le=5000)
     seed: int = Field(default=0, description="Seed of the replayed workload window.")
     note: str = Field(default="", description="What the scenario exercises.")
+    shift: Shift | None = Field(default=None, description="The workload changing mid-run (default: never).")
+
+    @property
+    def final(self) -> Scenario:
+        """The scenario as it ends: the shifted workload where it shifts (what every strategy is scored on)."""
+        if self.shift is None:
+            return self
+        acceptance = self.shift.spec_acceptance_rate
+        return self.model_copy(update={"workload": self.shift.workload, "shift": None,
+                                       "spec_acceptance_rate": self.spec_acceptance_rate if acceptance is None
+                                       else acceptance})
+
+    @property
+    def initial(self) -> Scenario:
+        """The scenario before any shift."""
+        return self.model_copy(update={"shift": None})
 
     @property
     def deployment(self) -> Deployment:

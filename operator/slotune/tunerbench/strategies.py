@@ -45,8 +45,11 @@ class _EvaluatedDeployment:
     trace: Trace
     running: RuntimeConfig | None = None
     windows_measured: dict[str, int] = field(default_factory=dict)  # per config key, across its applications
+    num_windows: int = 0  # measured in all, for a scenario whose traffic shifts
 
     def apply(self, config: RuntimeConfig) -> ApplyResult:
+        if config == self.running:
+            return ApplyResult.success(changed=False)  # the loop's check that what runs is still the config
         evaluation = self.evaluator.evaluate(config)
         if self.running is not None and config != self.running and config.key() not in _seen(self.trace):
             self.trace.applied.append(evaluation)
@@ -62,9 +65,14 @@ class _EvaluatedDeployment:
     def measure(self, window_s: float) -> MetricsSnapshot:
         if self.running is None:
             raise MetricsUnavailable(UnavailableReason.UNREACHABLE, "nothing is running")
-        index = self.windows_measured.get(self.running.key(), 0)
-        snapshot = self.evaluator.window(self.running, index)
-        self.windows_measured[self.running.key()] = index + 1
+        self.num_windows += 1
+        shifted = self.evaluator.before is None or self.num_windows > self.evaluator.after_windows
+        source = self.evaluator if shifted else self.evaluator.before
+        assert source is not None
+        key = ("after " if shifted else "before ") + self.running.key()
+        index = self.windows_measured.get(key, 0)
+        snapshot = source.window(self.running, index)
+        self.windows_measured[key] = index + 1
         assert snapshot is not None
         return snapshot
 
@@ -77,9 +85,15 @@ def run_slotune(evaluator: Evaluator, budget: int) -> Trace:
     scenario = evaluator.scenario
     trace = Trace("slotune")
     tuning = scenario.tuning.model_copy(update={"max_iterations": budget, "cooldown_s": 0.0, "min_samples": 10})
-    problem = TuningProblem(scenario.slo, tuning, evaluator.deployment, scenario.start, scenario.workload)
+    declared = (evaluator.before or evaluator).scenario.workload  # the spec's workload: before any shift
+    problem = TuningProblem(scenario.slo, tuning, evaluator.deployment, scenario.start, declared)
     backend = _EvaluatedDeployment(evaluator, trace)
-    state = Tuner(problem, backend, backend, MemoryStateStore()).run(max_windows=3 * budget + 4)
+    tuner = Tuner(problem, backend, backend, MemoryStateStore())
+    state = tuner.run(max_windows=3 * budget + 4)
+    while evaluator.before is not None and backend.num_windows < 60:  # traffic that shifts: serve until it was seen
+        if backend.num_windows > evaluator.after_windows + 4 and state.at_rest:
+            break
+        state = tuner.step()
     trace.final = state.best if state.phase is Phase.INFEASIBLE and state.best else state.current
     trace.declared_infeasible = state.phase is Phase.INFEASIBLE
     return trace

@@ -14,9 +14,8 @@ import pytest
 from slotune.api import parse_tunedmodel
 from slotune.backends.kube_api import KubeAPI
 from slotune.backends.kube_deployment import KubernetesBackend
-from slotune.knobs import RuntimeConfig
+from slotune.knobs import KVCacheDtype, RuntimeConfig
 from slotune.loop import ApplyResult
-from slotune.knobs import KVCacheDtype
 from slotune.settings import OperatorSettings
 from tests.e2e.harness.kube import apply, get, install_tunedmodel_crd, scratch_namespace
 from tests.integration.test_operator import tunedmodel

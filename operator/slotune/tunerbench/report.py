@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from slotune.tunerbench.evaluator import SCORED_WINDOWS
+from slotune.tunerbench.evaluator import FRESH_SEED_OFFSET, FRESH_SEEDS, SCORED_WINDOWS
 from slotune.tunerbench.run import ScenarioResult, StrategyResult
 
 STRATEGY_ORDER = ("slotune", "grid", "random", "tpe")
@@ -102,10 +102,11 @@ def render_markdown(results: list[ScenarioResult], summaries: list[Summary], bud
               "difference only from the windows it measures), "
               f"and a configuration meets the SLO only if it does on all {SCORED_WINDOWS} scored windows of traffic; "
               "slotune's later measurements of a running configuration are fresh windows (bench/scenarios/README.md).",
-              "", *_lower_bound_lines(results), "",
+              "", *_lower_bound_lines(results), "", *_fresh_lines(results), "",
               "## Per scenario", "",
               "| scenario | feasible | oracle config | oracle goodput/replica (req/s) | fewest fields to change | "
-              "slotune to SLO | slotune goodput / oracle | slotune final |", "|---|---|---|---|---|---|---|---|"]
+              "slotune to SLO | changes applied | slotune goodput / oracle | fresh seeds met | slotune final |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         mine = next((x for x in r.results if x.strategy == "slotune"), None)
         if mine is None:
@@ -114,9 +115,22 @@ def render_markdown(results: list[ScenarioResult], summaries: list[Summary], bud
         to_slo = "infeasible" if mine.declared_infeasible else (mine.configs_to_slo if mine.configs_to_slo is not None
                                                                  else "not met")
         fewest = "-" if r.fewest_fields_to_slo is None else r.fewest_fields_to_slo
+        fresh = "-" if mine.fresh_met is None else f"{mine.fresh_met}/{FRESH_SEEDS}"
         lines.append(f"| {r.scenario} | {'yes' if r.feasible else 'no'} | {r.oracle_config} | "
-                     f"{r.oracle_goodput_per_replica:.2f} | {fewest} | {to_slo} | {ratio} | {mine.final_config} |")
+                     f"{r.oracle_goodput_per_replica:.2f} | {fewest} | {to_slo} | {len(mine.best_so_far)} | {ratio} | "
+                     f"{fresh} | {mine.final_config} |")
     return "\n".join(lines) + "\n"
+
+
+def _fresh_lines(results: list[ScenarioResult]) -> list[str]:
+    """Whether slotune's final configs hold beyond the windows they were chosen on."""
+    fresh = [mine.fresh_met for r in results if r.feasible for mine in r.results
+             if mine.strategy == "slotune" and mine.fresh_met is not None]
+    if not fresh:
+        return []
+    return [f"Fresh traffic: slotune's final configuration meets the SLO on all {FRESH_SEEDS} windows of traffic no "
+            f"strategy measured (seeds {FRESH_SEED_OFFSET}+) in {sum(f == FRESH_SEEDS for f in fresh)} of "
+            f"{len(fresh)} feasible scenarios ({sum(fresh)} of {FRESH_SEEDS * len(fresh)} windows)."]
 
 
 def _lower_bound_lines(results: list[ScenarioResult]) -> list[str]:

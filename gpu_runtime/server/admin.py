@@ -1,9 +1,10 @@
 """`GET/POST /admin/config`: read and change the runtime's knobs live, guarded by a bearer token.
 
-The body is `RuntimeConfig.admin_payload()` of the operator (slotune/knobs.py): any subset of max_num_seqs,
-max_num_batched_tokens, enable_chunked_prefill, enable_prefix_caching, speculative, quantization. Every change runs on
-the engine worker between two steps (`LLMEngine.reconfigure`, `set_speculative`, `set_quantization`), so requests in
-flight continue under the new settings; a value the engine refuses leaves the old one in place and answers 400.
+The body is the operator's `RuntimeConfig.admin_payload()` (operator/slotune/knobs/config.py): any subset of the hot
+knobs (max_num_seqs, max_num_batched_tokens, enable_chunked_prefill, enable_prefix_caching, speculative,
+quantization). Every change runs on the engine worker between two steps (`LLMEngine.reconfigure`, `set_speculative`,
+`set_quantization`), so requests in flight continue under the new settings; a value the engine refuses leaves the old
+one in place and answers 400.
 
 Bounds and choices are not written here: they come from the generated knob schema (`gpu_runtime.config.KNOBS`,
 from operator/slotune/knobs/schema.py), so this endpoint accepts exactly what the operator's API and the flags do.

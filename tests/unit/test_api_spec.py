@@ -73,6 +73,19 @@ def test_replica_range_follows_the_replicas_knob() -> None:
     assert tiny.replica_range() == (1, 1)
 
 
+def test_an_fp8_kv_cache_is_a_vllm_knob() -> None:
+    """vLLM takes --kv-cache-dtype fp8 (as a starting value and as a knob to tune); the builtin engine is refused at
+    apply time (tunedmodel_invalid_cases.yaml), since the builtin runtime refuses the flag at start."""
+    body = yaml.safe_load((EXAMPLES[0].parent / "chat-h100.yaml").read_text())
+    body["spec"]["runtime"]["config"] = {"kvCacheDtype": "fp8"}
+    body["spec"]["tuning"] |= {"allowQualityChange": True, "knobs": ["max_num_seqs", "kv_cache_dtype"]}
+    spec = parse_tunedmodel(body).spec
+    assert "--kv-cache-dtype=fp8" in spec.initial_config().engine_args()
+    body["spec"]["runtime"]["engine"] = "builtin"
+    with pytest.raises(InvalidTunedModel, match=r"kvCacheDtype fp8 needs runtime\.engine vllm"):
+        parse_tunedmodel(body)
+
+
 def test_multi_document_file_loads_every_resource_and_names_the_bad_one() -> None:
     good = yaml.safe_load(MINIMAL)
     bad = yaml.safe_load(MINIMAL) | {"metadata": {"name": "bad"}}

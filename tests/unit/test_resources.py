@@ -169,6 +169,24 @@ def test_secret_holds_the_token_and_pvc_sources_are_mounted() -> None:
     assert volume["persistentVolumeClaim"] == {"claimName": "weights", "readOnly": True}
 
 
+@pytest.mark.parametrize(("draft", "path", "claim"), [
+    ("hf://org/llama-1b", "org/llama-1b", None),
+    ("pvc://drafts/llama/1b", "/models/drafts/llama/1b", "drafts"),
+    ("pvc://weights/llama/1b", "/models/weights/llama/1b", None),  # the model's own claim: mounted once
+])
+def test_a_draft_model_is_deployed_as_the_path_the_engine_reads(draft: str, path: str, claim: str | None) -> None:
+    tm = tunedmodel(model={"name": "m", "source": "pvc://weights/llama/8b", "draftModel": draft},
+                    runtime={"engine": "vllm"})
+    config = RuntimeConfig(speculative=SpeculativeConfig(method=SpeculativeMethod.DRAFT_MODEL, draft_model=draft))
+    deployment = build_deployment(tm, config, SETTINGS)
+    spec_flag = next(a for a in container(deployment)["args"] if a.startswith("--speculative-config="))
+    assert json.loads(spec_flag.split("=", 1)[1])["model"] == path
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in deployment["spec"]["template"]["spec"]["volumes"]
+              if "persistentVolumeClaim" in v]
+    assert claims == ["weights", *([claim] if claim else [])]
+    assert config_from_annotation(deployment) == config  # the annotation keeps the source, as the status does
+
+
 def test_a_tunedmodel_without_uid_cannot_own_children() -> None:
     body = tunedmodel().wire()
     body["metadata"].pop("uid")

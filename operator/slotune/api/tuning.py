@@ -35,7 +35,8 @@ class Knob(StrEnum):
 
 
 # The enum spells the schema's knobs for static use; a knob added to the schema and not here fails at import.
-assert {k.value for k in Knob} == {k.name for k in KNOBS}, "Knob must list exactly the knob schema's knobs"
+if {k.value for k in Knob} != {k.name for k in KNOBS}:
+    raise ImportError("Knob must list exactly the knobs of slotune.knobs.schema.KNOBS")
 QUALITY_KNOBS = frozenset(Knob(name) for name in QUALITY_KNOB_NAMES)
 DEFAULT_KNOBS = (
     Knob.MAX_NUM_SEQS, Knob.MAX_NUM_BATCHED_TOKENS, Knob.ENABLE_CHUNKED_PREFILL, Knob.ENABLE_PREFIX_CACHING,

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from slotune.api import GROUP, KIND, PLURAL, VERSION, TunedModelSpec, TunedModelStatus
+from slotune.api.resource import NAME_RULE
 from slotune.api.schema import structural_schema
 from slotune.knobs import runtime_file
 
@@ -46,6 +47,7 @@ def openapi_schema() -> dict[str, Any]:
         "runtime one knob at a time until every target holds.",
         "type": "object",
         "required": ["spec"],
+        "x-kubernetes-validations": [{"rule": NAME_RULE.cel, "message": NAME_RULE.message}],
         "properties": {
             "apiVersion": {"type": "string", "description": "Versioned schema of this object: slotune.io/v1alpha1."},
             "kind": {"type": "string", "description": "TunedModel."},

@@ -173,3 +173,30 @@ def test_prometheus_down_is_metrics_unavailable() -> None:
     with pytest.raises(MetricsUnavailable) as raised:
         promql_snapshot(f"http://127.0.0.1:{free_port()}", names_for("vllm"), Selector(), 60.0)
     assert raised.value.reason == UnavailableReason.UNREACHABLE
+
+
+@pytest.mark.parametrize("model", ['llama\n8b', 'say "hi"', "back\\slash", "naïve \t tab"])
+def test_any_model_label_value_selects_its_own_series(model: str, prometheus: Callable[..., object]) -> None:
+    """A served model name with quotes, backslashes or control characters is still one exact label match: the
+    query neither fails to parse (which used to kill the operator's tick) nor matches another model's series."""
+    mine, other = FakeVllm(model=model), FakeVllm(model=model + "x")
+    served = [_serve(mine), _serve(other)]
+    try:
+        for server in (mine, other):
+            server.finish(ttft_s=0.0005, e2e_s=0.001, prompt_tokens=1)
+        prom = prometheus(targets=[(f"127.0.0.1:{port}", LABELS) for _, port in served],
+                          scrape_interval_s=SCRAPE_INTERVAL_S)
+        prom.wait_for_scrapes()
+        time.sleep(2 * SCRAPE_INTERVAL_S)
+        for _ in range(40):
+            mine.finish(ttft_s=0.05, e2e_s=0.5, prompt_tokens=100, output_tokens=10)
+        for _ in range(400):
+            other.finish(ttft_s=0.05, e2e_s=0.5, prompt_tokens=100, output_tokens=10)
+        time.sleep(4 * SCRAPE_INTERVAL_S)
+        selector = Selector(namespace="serving", deployment="chat", model=model)
+        snapshot = promql_snapshot(prom.url, names_for("builtin"), selector, 3.0, min_requests=10)
+        assert 40 <= snapshot.num_requests <= 40 * 3.0 / (3.0 - SCRAPE_INTERVAL_S) + 1
+    finally:
+        for httpd, _ in served:
+            httpd.shutdown()
+            httpd.server_close()

@@ -42,7 +42,7 @@ def invalid_cases() -> list[InvalidCase]:
     cases = []
     for row in rows:
         manifest = merge_patch(base, row["patch"])
-        manifest["metadata"] = {"name": row["name"]}
+        manifest["metadata"] = {"name": row.get("metadataName", row["name"])}  # a case may be about the name
         cases.append(InvalidCase(row["name"], manifest, row["path"], row.get("python", row.get("message")),
                                  row.get("server", row.get("message"))))
     return cases

@@ -27,7 +27,7 @@ def test_loader_refuses_with_field_path_and_rule(case) -> None:
         parse_tunedmodel(case.manifest)
     errors = refused.value.errors
     assert any(e.path == case.path and case.python_message in e.message for e in errors), [str(e) for e in errors]
-    assert case.name in str(refused.value)
+    assert case.manifest["metadata"]["name"] in str(refused.value)
 
 
 def test_merge_patch_follows_rfc_7386() -> None:

@@ -7,12 +7,13 @@ way `kubectl apply` reports a refused manifest.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from slotune.api.rules import RULE_ERROR
 from slotune.api.spec import TunedModelSpec
@@ -25,16 +26,50 @@ KIND = "TunedModel"
 PLURAL = "tunedmodels"
 
 
+@dataclass(frozen=True)
+class NameRule:
+    """What a TunedModel's name must be for its children to be valid: the Service `NAME-runtime` is a DNS-1035
+    label (lowercase letters, digits and '-', starting with a letter, at most 63 characters), so the name is one
+    too, 8 characters shorter. The API server checks the same rule (CEL on metadata.name) at apply time."""
+
+    max_length: int = 63 - len("-runtime")
+    pattern: str = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
+    @property
+    def message(self) -> str:
+        return (f"metadata.name must be a DNS-1035 label of at most {self.max_length} characters (lowercase letters, "
+                "digits and '-', starting with a letter), so that its children NAME-runtime and NAME-admin-token "
+                "are valid names")
+
+    @property
+    def cel(self) -> str:
+        return f"self.metadata.name.matches('{self.pattern}') && size(self.metadata.name) <= {self.max_length}"
+
+    def holds(self, name: str) -> bool:
+        return len(name) <= self.max_length and re.fullmatch(self.pattern, name) is not None
+
+
+NAME_RULE = NameRule()
+
+
 class ObjectMeta(BaseModel):
     """The part of metav1.ObjectMeta slotune reads; the rest passes through untouched."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
 
-    name: str = Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    name: str = Field(min_length=1, max_length=253)
     namespace: str | None = None
     generation: int | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
+
+
+    @field_validator("name")
+    @classmethod
+    def _child_names(cls, name: str) -> str:
+        if not NAME_RULE.holds(name):
+            raise ValueError(NAME_RULE.message)
+        return name
 
 
 class TunedModel(BaseModel):

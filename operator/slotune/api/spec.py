@@ -67,6 +67,9 @@ class ModelSpec(ApiModel):
 
     # A rule rather than a schema pattern, so both enforcers say what a source looks like instead of a regex.
     RULES = (
+        # The name is a label value in every PromQL query and a field in every request: no control characters.
+        Rule("!self.name.matches('[[:cntrl:]]')", "name must not contain control characters (newline, tab, ...)",
+             ".name", lambda m: not any(ord(c) < 32 or ord(c) == 127 for c in m.name)),
         Rule(f"self.source.matches(r'{SOURCE_PATTERN}')", f"source must be {_SOURCE_HELP}", ".source",
              lambda m: re.fullmatch(SOURCE_PATTERN, m.source) is not None),
         Rule(f"!has(self.draftModel) || self.draftModel.matches(r'{SOURCE_PATTERN}')",

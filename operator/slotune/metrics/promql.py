@@ -9,6 +9,7 @@ along as evidence for confidence intervals (slotune.loadgen.compare). Counters a
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass
@@ -35,12 +36,14 @@ class Selector:
     def promql(self, model_label: str) -> str:
         pairs = [("namespace", self.namespace), ("deployment", self.deployment), (model_label, self.model),
                  *self.extra]
-        matchers = [f'{key}="{_escape(value)}"' for key, value in pairs if value is not None]
+        matchers = [f"{key}={_quoted(value)}" for key, value in pairs if value is not None]
         return "{" + ",".join(matchers) + "}"
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"')
+def _quoted(value: str) -> str:
+    """A PromQL string literal: PromQL unquotes with Go's rules, which read JSON's escapes (\\", \\\\, \\n, \\uXXXX), so
+    any label value, control characters included, reaches Prometheus as written."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _window(window_s: float) -> str:

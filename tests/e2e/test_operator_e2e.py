@@ -103,6 +103,18 @@ def model_cache(tmp_path_factory, monkeypatch) -> Path:
     return cache
 
 
+def live_configs(kubelet: KubeletStandIn) -> dict[str, dict[str, int]]:
+    """The batching knobs each serving pod answers GET /admin/config with."""
+    token = kubelet._token()
+    found = {}
+    for name, pod in list(kubelet.pods.items()):
+        if pod.registered:
+            answer = httpx.get(f"{pod.process.url}/admin/config", headers={"Authorization": f"Bearer {token}"},
+                               timeout=30).json()
+            found[name] = {k: answer[k] for k in ("max_num_seqs", "max_num_batched_tokens")}
+    return found
+
+
 def status_of(kube, namespace: str) -> dict[str, Any]:
     return (get(kube, "tunedmodel", "slow", namespace) or {}).get("status") or {}
 
@@ -129,8 +141,11 @@ def test_poor_config_converges_to_its_slo_across_an_operator_restart(kube, names
         before_kill = status_of(kube, namespace)
         operator.kill()
         operator.start()
-        final = wait_for(lambda: (s := status_of(kube, namespace)).get("phase") in ("Converged", "Infeasible") and s,
-                         300, "Converged", describe=describe)
+        wait_for(lambda: status_of(kube, namespace).get("phase") in ("Converged", "Infeasible"), 300, "Converged",
+                 describe=describe)
+        operator.stop()  # nothing changes after this: the status and the pods can be compared
+        final = status_of(kube, namespace)
+        live = live_configs(kubelet)
     finally:
         load.stop()
         operator.stop()
@@ -138,6 +153,9 @@ def test_poor_config_converges_to_its_slo_across_an_operator_restart(kube, names
     print(operator.log_tail())
 
     assert final["phase"] == "Converged", describe()
+    running = {"max_num_seqs": final["config"]["maxNumSeqs"],
+               "max_num_batched_tokens": final["config"]["maxNumBatchedTokens"]}
+    assert live and all(config == running for config in live.values()), (live, running)  # read back from the pods
     assert final["sloMet"] is True
     assert final["observed"]["ttft"]["p99"] <= TTFT_P99_TARGET_MS
     assert final["iteration"] > before_kill["iteration"]  # resumed from the status, not started over

@@ -141,3 +141,28 @@ def test_prometheus_down_keeps_the_config_and_says_metrics_unavailable(kube, nam
     args = runtime_container(get(kube, "deployment", "blind-runtime", namespace))["args"]
     assert "--max-num-seqs=32" in args
     assert "MetricsUnavailable" in {e["reason"] for e in events(kube, namespace, "blind")}
+
+
+def test_a_child_the_api_server_refuses_is_degraded_with_its_message_not_retried(kube, namespace, operator) -> None:
+    # The CRD accepts any nodeSelector key; the Deployment's own validation refuses this one.
+    hardware = {"accelerator": "nvidia-h100-80gb", "count": 1, "nodeSelector": {"bad key!": "x"}}
+    apply(kube, tunedmodel("refused", namespace, hardware=hardware))
+
+    def degraded() -> dict[str, Any] | None:
+        found = condition(get(kube, "tunedmodel", "refused", namespace), "Degraded")
+        return found if found and found["status"] == "True" else None
+
+    found = wait_for(degraded, 60, "Degraded=True", describe=operator.log_tail)
+    status = get(kube, "tunedmodel", "refused", namespace)["status"]
+    assert status["phase"] == "Degraded"
+    for text in ("refused the Deployment", "nodeSelector", "bad key!"):
+        assert text in found["message"], found
+    assert get(kube, "deployment", "refused-runtime", namespace) is None
+    refusals = [e for e in events(kube, namespace, "refused") if e["reason"] == "ChildRefused"]
+    assert refusals and all(e["type"] == "Warning" for e in refusals)
+    # A refused child is a fault of the spec: nothing retries it every tick. Wait for the operator to have handled
+    # a later TunedModel (progress, not a clock), then count again.
+    apply(kube, tunedmodel("later", namespace, tuning={"mode": "off"}))
+    wait_for(lambda: get(kube, "deployment", "later-runtime", namespace), 60, "a later TunedModel deployed")
+    again = [e for e in events(kube, namespace, "refused") if e["reason"] == "ChildRefused"]
+    assert len(again) == len(refusals) <= 2, again

@@ -26,6 +26,7 @@ from slotune.backends.kube_api import KubeAPI
 from slotune.backends.kube_deployment import ChildRefused
 from slotune.controller.events import EventRecorder
 from slotune.controller.run import TuningRun, deploy
+from slotune.controller.windows import SharedWindows
 from slotune.settings import OperatorSettings, load_settings
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.settings = load_settings()
     memo.api = KubeAPI.from_environment(max_connections=memo.settings.workers)
     memo.pool = ThreadPoolExecutor(max_workers=memo.settings.workers, thread_name_prefix="slotune")
+    memo.windows = SharedWindows()
     logging.getLogger("slotune").setLevel(memo.settings.log_level.upper())
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request would drown the operator's log
     settings.posting.level = logging.WARNING  # slotune posts its own events with reasons
@@ -109,7 +111,7 @@ async def tune(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **
         try:
             tm = parse(body)  # the daemon's body follows the live object
             if run is None or run.generation != tm.metadata.generation:
-                run = await blocking(memo, TuningRun, memo.api, tm, settings)
+                run = await blocking(memo, TuningRun, memo.api, tm, settings, memo.windows)
             delay = await blocking(memo, run.tick)
             failures = 0
         except kopf.PermanentError as error:  # an invalid spec: nothing to tune until it is edited
@@ -117,7 +119,7 @@ async def tune(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **
         except Exception as error:  # a fault is a value: report it, keep the saved state, back off, retry
             failures += 1
             delay = min(settings.tick_s * 2**failures, MAX_BACKOFF_S)
-            log.warning("%s/%s: tick failed (retry in %.0f s): %s: %s", body.metadata.namespace,
+            log.warning("%s/%s: tick failed (retry in %.3g s): %s: %s", body.metadata.namespace,
                         body.metadata.name, delay, type(error).__name__, error)
             if run is not None:
                 await _report(memo, run, error)

@@ -13,24 +13,29 @@ import time
 from collections.abc import Callable
 
 from slotune.api import TunedModel
+from slotune.controller.windows import SharedWindows, WindowKey, align_end_s
 from slotune.loop.protocols import WindowOpen
 from slotune.metrics.names import names_for
-from slotune.metrics.promql import Selector, promql_snapshot
-from slotune.metrics.window import MetricsUnavailable, UnavailableReason
+from slotune.metrics.promql import Selector, not_exposed
+from slotune.metrics.window import MetricsUnavailable, UnavailableReason, require_samples
 from slotune.resources import ChildNames
 from slotune.settings import OperatorSettings
-from slotune.snapshot import MetricsSnapshot
+from slotune.snapshot import MetricsSnapshot, Source
 
 
 class PromQLSource:
     def __init__(self, tm: TunedModel, settings: OperatorSettings, changed_at_s: Callable[[], float],
-                 clock: Callable[[], float] = time.time) -> None:
-        """`changed_at_s`: when the running config last changed (unix s)."""
+                 windows: SharedWindows, clock: Callable[[], float] = time.time) -> None:
+        """`changed_at_s`: when the running config last changed (unix s); `windows`: the operator's shared reads."""
         self.url = settings.prometheus_url
-        self.names = names_for(tm.spec.runtime.engine.value)
-        self.selector = Selector(namespace=tm.metadata.namespace, deployment=ChildNames(tm.metadata.name).deployment,
+        self.engine = tm.spec.runtime.engine
+        self.names = names_for(self.engine)
+        self.namespace = tm.metadata.namespace or "default"
+        self.selector = Selector(namespace=self.namespace, deployment=ChildNames(tm.metadata.name).deployment,
                                  model=tm.spec.model.name)
         self.tuning = tm.spec.tuning
+        self.grid_s = max(1.0, settings.tick_s)  # window ends on a shared grid, so reads can be shared
+        self._windows = windows
         self._changed_at_s = changed_at_s
         self._clock = clock
         self.last_end_s = clock()  # a fresh operator measures from now on, never data it did not watch
@@ -38,7 +43,7 @@ class PromQLSource:
 
     def window_end_s(self, window_s: float) -> float:
         start = max(self._changed_at_s() + self.tuning.warmup_s, self.last_end_s)
-        return start + window_s
+        return align_end_s(start + window_s, self.grid_s)
 
     def measure(self, window_s: float) -> MetricsSnapshot:
         if not self.url:
@@ -50,10 +55,17 @@ class PromQLSource:
             raise WindowOpen(end_s)
         self.last_end_s = end_s
         try:
-            snapshot = promql_snapshot(self.url, self.names, self.selector, window_s, at_s=end_s,
-                                       min_requests=self.tuning.min_samples)
+            snapshot = self._read(window_s, end_s)
         except MetricsUnavailable as error:
             self.last_reason = error.reason
             raise
         self.last_reason = None
         return snapshot
+
+    def _read(self, window_s: float, end_s: float) -> MetricsSnapshot:
+        key = WindowKey(self.url, self.engine.value, self.namespace, window_s, end_s)
+        mine = (self.selector.deployment or "", self.selector.model or "")
+        readings = self._windows.readings(key, self.names).get(mine)
+        if readings is None:
+            raise not_exposed(self.names, self.selector, window_s)
+        return require_samples(readings, self.tuning.min_samples).to_snapshot(Source.PROMETHEUS)

@@ -19,6 +19,7 @@ from slotune.backends.kube_deployment import KubernetesBackend
 from slotune.controller.events import EventRecorder, transition_events
 from slotune.controller.measure import PromQLSource
 from slotune.controller.status import Health, StatusStateStore
+from slotune.controller.windows import SharedWindows
 from slotune.knobs import RuntimeConfig
 from slotune.loop import ApplyResult, Tuner, TuningProblem, TuningState
 from slotune.perfmodel.model_profile import LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3_2_1B, MODELS, ModelProfile
@@ -52,7 +53,7 @@ def deploy(api: KubeAPI, tm: TunedModel, settings: OperatorSettings, restart_tun
 
 
 class TuningRun:
-    def __init__(self, api: KubeAPI, tm: TunedModel, settings: OperatorSettings,
+    def __init__(self, api: KubeAPI, tm: TunedModel, settings: OperatorSettings, windows: SharedWindows,
                  clock: Callable[[], float] = time.time) -> None:
         self.tm = tm
         self.settings = settings
@@ -61,7 +62,7 @@ class TuningRun:
         self._clock = clock
         self.backend = KubernetesBackend(api, tm, settings, record=self.events)
         self.changed_at_s = 0.0
-        self.source = PromQLSource(tm, settings, lambda: self.changed_at_s, clock)
+        self.source = PromQLSource(tm, settings, lambda: self.changed_at_s, windows, clock)
         self.store = StatusStateStore(api, tm, self.health, on_saved=self._saved)
         problem = TuningProblem.from_spec(tm.spec, profile_for(tm.spec))
         self.tuner = Tuner(problem, _Timed(self), self.source, self.store, clock)

@@ -1,10 +1,11 @@
 """Server-side snapshot from Prometheus: PromQL over a window, filtered by namespace, deployment and model.
 
-The only module that talks to Prometheus (its HTTP API, `GET /api/v1/query`). Percentiles are PromQL's own
-`histogram_quantile(q, sum by (le) (rate(<name>_bucket{sel}[w])))`, summed over replicas; bucket increases come
-along as evidence for confidence intervals (slotune.loadgen.compare). Counters are `increase()`d, gauges
-`avg_over_time`d. Prometheus down, nothing matching the selector, or too few requests in the window raise
-`MetricsUnavailable`, never a snapshot of zeros.
+The only module that talks to Prometheus (its HTTP API, `GET /api/v1/query`). Histograms are read as bucket
+increases summed over replicas (`sum by (le) (increase(<name>_bucket{sel}[w]))`), and percentiles computed from them
+by histogram_quantile's own rule, so they equal PromQL's and the buckets come along as evidence for confidence
+intervals (slotune.loadgen.compare). Counters are `increase()`d, gauges `avg_over_time`d. Queries can group by
+deployment, so one set of queries reads every deployment of a namespace whose windows end together. Prometheus down,
+nothing matching the selector, or too few requests in the window raise `MetricsUnavailable`, never zeros.
 """
 
 from __future__ import annotations
@@ -18,10 +19,14 @@ import httpx
 
 from slotune.metrics.exposition import HistogramReading
 from slotune.metrics.names import MetricNames, counter_sample
-from slotune.metrics.window import MetricsUnavailable, UnavailableReason, WindowReadings, require_samples
-from slotune.snapshot import Histogram, LatencyMetric, LatencySummary, MetricsSnapshot, Source
-
-QUANTILES = (0.5, 0.95, 0.99)
+from slotune.metrics.window import (
+    MetricsUnavailable,
+    UnavailableReason,
+    WindowReadings,
+    require_samples,
+    summary_from_reading,
+)
+from slotune.snapshot import LatencyMetric, MetricsSnapshot, Source
 
 
 @dataclass(frozen=True)
@@ -81,80 +86,112 @@ class PrometheusClient:
         return result[0][1]
 
 
-class PromQLReader:
-    """Reads one deployment's window from Prometheus."""
+GroupKey = tuple[str, ...]
 
-    def __init__(self, client: PrometheusClient, names: MetricNames, selector: Selector) -> None:
+
+class PromQLReader:
+    """Reads one window of every group of series that `selector` matches, grouped by the `group_by` labels.
+
+    With no `group_by`, one group: the deployment the selector names. With ("deployment", "model_name"), one set of
+    queries reads every deployment of a namespace at once, which is how the operator reads a fleet's windows that
+    end together. Percentiles come from the bucket increases by histogram_quantile's own rule (linear inside the
+    bucket), so no query per percentile is needed.
+    """
+
+    def __init__(self, client: PrometheusClient, names: MetricNames, selector: Selector,
+                 group_by: tuple[str, ...] = ()) -> None:
         self.client = client
         self.names = names
         self.labels = selector.promql(names.model_label)
+        self.group_by = group_by
 
-    def histogram(self, name: str, window: str, at_s: float) -> HistogramReading | None:
-        rows = self.client.query(f"sum by (le) (increase({name}_bucket{self.labels}[{window}]))", at_s)
-        if not rows:
-            return None
-        buckets = sorted((float(labels["le"]), value) for labels, value in rows)
-        sum_s = self.client.scalar(f"sum(increase({name}_sum{self.labels}[{window}]))", at_s) or 0.0
-        upper = tuple(b for b, _ in buckets)
-        return HistogramReading(upper, tuple(v for _, v in buckets), sum_s, buckets[-1][1])
+    def _by(self, *extra: str) -> str:
+        return f"sum by ({', '.join((*self.group_by, *extra))})"
 
-    def latency(self, name: str, window: str, at_s: float) -> LatencySummary:
-        reading = self.histogram(name, window, at_s)
-        if reading is None or reading.count <= 0:
-            return LatencySummary()
-        rate = f"sum by (le) (rate({name}_bucket{self.labels}[{window}]))"
-        p50, p95, p99 = (self.client.scalar(f"histogram_quantile({q}, {rate})", at_s) for q in QUANTILES)
-        return LatencySummary(
-            p50_ms=_ms(p50), p95_ms=_ms(p95), p99_ms=_ms(p99), mean_ms=reading.sum_s / reading.count * 1000.0,
-            count=round(reading.count), histogram=Histogram(reading.upper_s, reading.per_bucket()),
-        )
+    def _key(self, labels: dict[str, str]) -> GroupKey:
+        return tuple(labels.get(label, "") for label in self.group_by)
 
-    def increase(self, counter: str | None, window: str, at_s: float) -> float | None:
+    def _grouped(self, promql: str, at_s: float) -> dict[GroupKey, float]:
+        return {self._key(labels): value for labels, value in self.client.query(promql, at_s)
+                if not math.isnan(value)}
+
+    def histograms(self, name: str, window: str, at_s: float) -> dict[GroupKey, HistogramReading]:
+        buckets: dict[GroupKey, list[tuple[float, float]]] = {}
+        for labels, value in self.client.query(f"{self._by('le')} (increase({name}_bucket{self.labels}[{window}]))",
+                                               at_s):
+            buckets.setdefault(self._key(labels), []).append((float(labels["le"]), value))
+        sums = self._grouped(f"{self._by()} (increase({name}_sum{self.labels}[{window}]))", at_s) if buckets else {}
+        found = {}
+        for key, rows in buckets.items():
+            rows.sort()
+            found[key] = HistogramReading(tuple(b for b, _ in rows), tuple(v for _, v in rows), sums.get(key, 0.0),
+                                          rows[-1][1])
+        return found
+
+    def increases(self, counter: str | None, window: str, at_s: float) -> dict[GroupKey, float]:
         if counter is None:
-            return None
-        return self.client.scalar(f"sum(increase({counter_sample(counter)}{self.labels}[{window}]))", at_s)
+            return {}
+        return self._grouped(f"{self._by()} (increase({counter_sample(counter)}{self.labels}[{window}]))", at_s)
 
-    def gauge(self, gauge: str | None, window: str, at_s: float) -> float | None:
+    def gauges(self, gauge: str | None, window: str, at_s: float) -> dict[GroupKey, float]:
         """Time-average per replica, then averaged over replicas (running and waiting are per replica)."""
         if gauge is None:
-            return None
-        return self.client.scalar(f"avg(avg_over_time({gauge}{self.labels}[{window}]))", at_s)
+            return {}
+        by = f"avg by ({', '.join(self.group_by)})"
+        return self._grouped(f"{by} (avg_over_time({gauge}{self.labels}[{window}]))", at_s)
 
-    def readings(self, window_s: float, at_s: float) -> WindowReadings:
+    def readings(self, window_s: float, at_s: float) -> dict[GroupKey, WindowReadings]:
+        """Every group with series in the window; a group absent here exposed nothing in it."""
         window, names = _window(window_s), self.names
-        latencies = {metric: self.latency(name, window, at_s) for metric, name in names.histograms.items()}
-        finished = self.increase(names.request_success, window, at_s)
-        if finished is None:
-            finished = latencies[LatencyMetric.E2E].count if LatencyMetric.E2E in latencies else None
-        if not finished:  # tell 'nothing matches the selector' apart from 'an idle window'
-            self._check_exposed(window, at_s)
-        return WindowReadings(
-            window_s=window_s, latencies=latencies, num_requests=finished or 0.0,
-            prompt_tokens=self.increase(names.prompt_tokens, window, at_s),
-            generation_tokens=self.increase(names.generation_tokens, window, at_s),
-            prefix_cache_queries=self.increase(names.prefix_cache_queries, window, at_s),
-            prefix_cache_hits=self.increase(names.prefix_cache_hits, window, at_s),
-            prefix_cache_hit_rate=self.gauge(names.prefix_cache_hit_rate, window, at_s),
-            spec_drafts=self.increase(names.spec_drafts, window, at_s),
-            spec_draft_tokens=self.increase(names.spec_draft_tokens, window, at_s),
-            spec_accepted_tokens=self.increase(names.spec_accepted_tokens, window, at_s),
-            spec_accept_length=self.gauge(names.spec_accept_length, window, at_s),
-            num_running_mean=self.gauge(names.num_running, window, at_s),
-            num_waiting_mean=self.gauge(names.num_waiting, window, at_s),
-            kv_cache_usage_mean=self.gauge(names.kv_cache_usage, window, at_s),
-            num_preemptions=self.increase(names.num_preemptions, window, at_s),
-        )
-
-    def _check_exposed(self, window: str, at_s: float) -> None:
-        ttft = self.names.histograms.get(LatencyMetric.TTFT) or next(iter(self.names.histograms.values()))
-        if not self.client.query(f"count(last_over_time({ttft}_count{self.labels}[{window}]))", at_s):
-            raise MetricsUnavailable(
-                UnavailableReason.NOT_EXPOSED, f"no series {ttft}_count{self.labels} in Prometheus in the last {window}"
-            )
+        histograms = {metric: self.histograms(name, window, at_s) for metric, name in names.histograms.items()}
+        keys = set().union(*histograms.values()) if histograms else set()
+        if not keys:
+            return {}
+        counters = {role: self.increases(getattr(names, role), window, at_s) for role in _COUNTER_ROLES}
+        gauges = {role: self.gauges(getattr(names, role), window, at_s) for role in _GAUGE_ROLES}
+        return {key: _readings(key, window_s, histograms, counters, gauges) for key in keys}
 
 
-def _ms(value_s: float | None) -> float | None:
-    return None if value_s is None or math.isinf(value_s) else value_s * 1000.0
+_COUNTER_ROLES = ("request_success", "prompt_tokens", "generation_tokens", "prefix_cache_queries", "prefix_cache_hits",
+                  "spec_drafts", "spec_draft_tokens", "spec_accepted_tokens", "num_preemptions")
+_GAUGE_ROLES = ("prefix_cache_hit_rate", "spec_accept_length", "num_running", "num_waiting", "kv_cache_usage")
+
+
+def _readings(key: GroupKey, window_s: float, histograms: dict[LatencyMetric, dict[GroupKey, HistogramReading]],
+              counters: dict[str, dict[GroupKey, float]], gauges: dict[str, dict[GroupKey, float]]) -> WindowReadings:
+    latencies = {metric: summary_from_reading(found.get(key)) for metric, found in histograms.items()}
+    finished = counters["request_success"].get(key)
+    if finished is None and LatencyMetric.E2E in latencies:
+        finished = latencies[LatencyMetric.E2E].count
+    return WindowReadings(
+        window_s=window_s, latencies=latencies, num_requests=finished or 0.0,
+        prompt_tokens=counters["prompt_tokens"].get(key), generation_tokens=counters["generation_tokens"].get(key),
+        prefix_cache_queries=counters["prefix_cache_queries"].get(key),
+        prefix_cache_hits=counters["prefix_cache_hits"].get(key),
+        prefix_cache_hit_rate=gauges["prefix_cache_hit_rate"].get(key),
+        spec_drafts=counters["spec_drafts"].get(key), spec_draft_tokens=counters["spec_draft_tokens"].get(key),
+        spec_accepted_tokens=counters["spec_accepted_tokens"].get(key),
+        spec_accept_length=gauges["spec_accept_length"].get(key),
+        num_running_mean=gauges["num_running"].get(key), num_waiting_mean=gauges["num_waiting"].get(key),
+        kv_cache_usage_mean=gauges["kv_cache_usage"].get(key), num_preemptions=counters["num_preemptions"].get(key),
+    )
+
+
+def not_exposed(names: MetricNames, selector: Selector, window_s: float) -> MetricsUnavailable:
+    ttft = names.histograms.get(LatencyMetric.TTFT) or next(iter(names.histograms.values()))
+    return MetricsUnavailable(UnavailableReason.NOT_EXPOSED, f"no series {ttft}_count"
+                              f"{selector.promql(names.model_label)} in Prometheus in the last {_window(window_s)}")
+
+
+def fleet_readings(prometheus_url: str, names: MetricNames, namespace: str, window_s: float,
+                   at_s: float) -> dict[GroupKey, WindowReadings]:
+    """The window ending at `at_s` of every deployment in `namespace`, keyed by (deployment, model label value)."""
+    client = PrometheusClient(prometheus_url)
+    try:
+        reader = PromQLReader(client, names, Selector(namespace=namespace), ("deployment", names.model_label))
+        return reader.readings(window_s, at_s)
+    finally:
+        client.close()
 
 
 def promql_snapshot(
@@ -164,7 +201,9 @@ def promql_snapshot(
     """The snapshot of the `window_s` seconds ending at `at_s` (unix seconds; default now)."""
     client = PrometheusClient(prometheus_url)
     try:
-        readings = PromQLReader(client, names, selector).readings(window_s, at_s or time.time())
+        found = PromQLReader(client, names, selector).readings(window_s, at_s or time.time())
     finally:
         client.close()
-    return require_samples(readings, min_requests).to_snapshot(Source.PROMETHEUS)
+    if () not in found:
+        raise not_exposed(names, selector, window_s)
+    return require_samples(found[()], min_requests).to_snapshot(Source.PROMETHEUS)

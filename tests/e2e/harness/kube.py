@@ -26,6 +26,23 @@ def wait_for(check: Callable[[], T | None], timeout_s: float, what: str, interva
         time.sleep(interval_s)
 
 
+def wait_for_progress(count: Callable[[], int], goal: int, stall_s: float, what: str, interval_s: float = 1.0,
+                      describe: Callable[[], str] = lambda: "") -> None:
+    """Poll until `count()` reaches `goal`; fail only when it made no progress for `stall_s` (a busy machine slows
+    progress down, it does not stop it)."""
+    best, since = -1, time.monotonic()
+    while (now := count()) < goal:
+        if now > best:
+            best, since = now, time.monotonic()
+        elif time.monotonic() - since > stall_s:
+            raise AssertionError(f"{what}: stuck at {now}/{goal} for {stall_s:.0f} s\n{describe()}")
+        time.sleep(interval_s)
+
+
+def items(kube: Any, kind: str, namespace: str) -> list[dict[str, Any]]:
+    return json.loads(kube.kubectl("get", kind, "-n", namespace, "-o", "json").stdout)["items"]
+
+
 def get(kube: Any, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
     result = kube.kubectl("get", kind, name, "-n", namespace, "-o", "json", check=False)
     return json.loads(result.stdout) if result.returncode == 0 else None

@@ -1,0 +1,84 @@
+"""One operator replica, many TunedModels: all get their children and a measured window, none waits for another.
+
+With a synchronous daemon per TunedModel, kopf's thread pool (min(32, cores + 4) threads: 6 on a 2-core machine)
+filled with daemons sleeping through their windows, and create handlers queued behind them forever: 6 of 40
+TunedModels got a Deployment. Here 40 (over 3x that pool) must all be deployed and all measure a window. kwok runs
+no containers, so tests/harness/fleet.py serves the deployments' metrics to a real Prometheus; everything else (the
+operator process, the control plane, Prometheus, PromQL) is real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.e2e.harness.kube import install_tunedmodel_crd, items, scratch_namespace, wait_for_progress
+from tests.e2e.harness.operator import OperatorProcess
+from tests.harness.fleet import FleetExporter
+
+NUM_TUNEDMODELS = max(40, 3 * min(32, (os.cpu_count() or 1) + 4))  # 3x kopf's default thread pool, at least
+STALL_S = 120  # no TunedModel made progress for this long: the operator is stuck, not slow
+
+
+def tunedmodel(name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "slotune.io/v1alpha1", "kind": "TunedModel",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "model": {"name": "fleet", "source": "hf://org/fleet-8b"},
+            "hardware": {"accelerator": "cpu", "count": 0},
+            "slo": {"ttft": {"p99": 500}, "tpot": {"p99": 50}},
+            "replicas": 1,
+            "tuning": {"windowSeconds": 5, "minSamples": 5, "warmupSeconds": 0, "cooldownSeconds": 0,
+                       "hotReconfigure": False},
+        },
+    }
+
+
+@pytest.fixture
+def namespace(kube) -> Iterator[str]:
+    install_tunedmodel_crd(kube)
+    with scratch_namespace(kube, "scale") as name:
+        yield name
+
+
+def test_three_thread_pools_of_tunedmodels_all_deploy_and_measure(kube, namespace, prometheus, tmp_path) -> None:
+    names = [f"tm{i:03d}" for i in range(NUM_TUNEDMODELS)]
+    fleet = FleetExporter(requests_per_s=4.0).start()
+    targets = [fleet.add(namespace, f"{name}-runtime", "fleet") for name in names]
+    prom = prometheus(targets=targets, scrape_interval_s=1.0)
+    operator = OperatorProcess(kube.kubeconfig, tmp_path / "operator", {"SLOTUNE_PROMETHEUS_URL": prom.url})
+
+    def deployed() -> int:
+        return sum(1 for d in items(kube, "deployments", namespace) if d["metadata"]["name"].endswith("-runtime"))
+
+    def measured() -> int:
+        return sum(1 for tm in items(kube, "tunedmodels", namespace)
+                   if ((tm.get("status") or {}).get("iteration") or 0) >= 1 and tm["status"].get("observed"))
+
+    def describe() -> str:
+        return f"deployed {deployed()}, measured {measured()}\n{operator.log_tail()}"
+
+    try:
+        with operator:
+            manifest = {"apiVersion": "v1", "kind": "List", "items": [tunedmodel(n, namespace) for n in names]}
+            kube.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+            wait_for_progress(deployed, len(names), STALL_S, "Deployments created", describe=describe)
+            wait_for_progress(measured, len(names), STALL_S, "TunedModels with a measured window",
+                              describe=describe)
+            assert operator.alive()
+            # Deleting one while all the others keep ticking: its daemon stops and its finalizer goes.
+            kube.kubectl("delete", "tunedmodel", names[0], "-n", namespace, "--timeout=60s")
+        # SIGTERM with every daemon alive: the operator exits by itself (the harness SIGKILLs after 20 s).
+        assert operator.process is not None and operator.process.returncode != -9, operator.log_tail()
+        log = operator.log_tail(5000)
+    finally:
+        fleet.stop()
+    assert "tick failed" not in log, log
+    for tm in items(kube, "tunedmodels", namespace):
+        metrics = next(c for c in tm["status"]["conditions"] if c["type"] == "MetricsAvailable")
+        assert metrics["status"] == "True", tm["status"]

@@ -1,0 +1,98 @@
+"""The per-TunedModel daemon survives a fault in its tick and stops at once.
+
+The fault is real: the daemon's API client points at a port where nothing listens, so every request fails with
+httpx's ConnectError, as during an API-server outage. kopf's stop flag is built from kopf's own classes (the
+daemon receives one of these from kopf), because only kopf can otherwise set it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import kopf
+import pytest
+import yaml
+from kopf._cogs.aiokits import aioenums
+from kubernetes import client
+
+from slotune.backends.kube_api import Credentials, KubeAPI
+from slotune.controller.handlers import tune
+from slotune.controller.windows import SharedWindows
+from slotune.settings import OperatorSettings
+from tests.harness.ports import free_port
+from tests.unit.api_cases import BASE
+
+
+def _memo(tick_s: float) -> kopf.Memo:
+    memo = kopf.Memo()
+    memo.settings = OperatorSettings(tick_s=tick_s, prometheus_url="")
+    host = f"http://127.0.0.1:{free_port()}"  # nothing listens: connection refused on every request
+    memo.api = KubeAPI(Credentials(host, False, client.Configuration(host=host)), timeout_s=1.0)
+    memo.pool = ThreadPoolExecutor(max_workers=2)
+    memo.windows = SharedWindows()
+    return memo
+
+
+def _body() -> kopf.Body:
+    manifest = yaml.safe_load(BASE.read_text())
+    manifest["metadata"] |= {"namespace": "default", "generation": 1, "uid": "u-1"}
+    return kopf.Body(manifest)
+
+
+def test_a_tick_that_raises_is_logged_backed_off_and_retried_and_stop_is_immediate(caplog) -> None:
+    memo = _memo(tick_s=0.01)
+    setter: aioenums.FlagSetter = aioenums.FlagSetter()
+    stopped = aioenums.AsyncFlagWaiter(setter)
+    caplog.set_level(logging.WARNING, logger="slotune.controller.handlers")
+
+    def failures() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if "tick failed" in r.getMessage()]
+
+    async def scenario() -> float:
+        daemon = asyncio.create_task(tune(body=_body(), memo=memo, stopped=stopped))
+        while len(failures()) < 4:  # progress, not time: four faults in a row, each survived
+            assert not daemon.done(), daemon.exception() if daemon.done() else None
+            await asyncio.sleep(0.01)
+        setter.set(kopf.DaemonStoppingReason.RESOURCE_DELETED)
+        started = time.monotonic()
+        await asyncio.wait_for(daemon, timeout=30)
+        return time.monotonic() - started
+
+    try:
+        stop_s = asyncio.run(scenario())
+    finally:
+        memo.pool.shutdown(wait=True)
+        memo.api.close()
+    lines = [r.getMessage() for r in failures()]
+    assert all("ConnectError" in line for line in lines), lines
+    delays = [float(line.split("retry in ")[1].split(" s")[0]) for line in lines]
+    assert delays == sorted(delays) and delays[-1] > delays[0]  # backing off, never giving up
+    assert stop_s < 1.0  # the daemon sleeps on the stop flag, not in a thread
+
+
+@pytest.mark.parametrize("tick_s", [0.01])
+def test_an_invalid_spec_does_not_kill_the_daemon(caplog, tick_s: float) -> None:
+    memo = _memo(tick_s)
+    setter: aioenums.FlagSetter = aioenums.FlagSetter()
+    stopped = aioenums.AsyncFlagWaiter(setter)
+    body = _body()
+    body_raw = dict(body)
+    body_raw["spec"] = {"model": {"name": "m"}}  # what a stale object written before a CRD change could hold
+    caplog.set_level(logging.WARNING, logger="slotune.controller.handlers")
+
+    async def scenario() -> None:
+        daemon = asyncio.create_task(tune(body=kopf.Body(body_raw), memo=memo, stopped=stopped))
+        while not any("is invalid" in r.getMessage() for r in caplog.records):
+            assert not daemon.done()
+            await asyncio.sleep(0.01)
+        setter.set(kopf.DaemonStoppingReason.RESOURCE_DELETED)
+        await asyncio.wait_for(daemon, timeout=30)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        memo.pool.shutdown(wait=True)
+        memo.api.close()

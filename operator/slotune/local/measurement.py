@@ -4,6 +4,10 @@ The client side (the load generator's own timings, every request a sample) gives
 see, with samples for the verifier's confidence intervals. The server side (the runtimes' `/metrics` scraped before
 and after, or a local Prometheus when one is given) gives what the client cannot see: queue, prefill and decode
 time, prefix-cache hits, batch occupancy, KV usage, preemptions. One snapshot carries both.
+
+A window starts only after `tuning.warmupSeconds` have passed since the replicas last changed (a start, restart or
+live reconfiguration): the first requests after a change run on cold caches and allocators and are several times
+slower (docs/facts.md#knob-flags), so the warm-up drives the same workload and throws its measurements away.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from slotune.metrics.window import MetricsUnavailable, UnavailableReason
 from slotune.snapshot import MetricsSnapshot, Source
 from slotune.workload import WorkloadSpec
 
+WARMUP_SEED = 1_000_000  # warm-up traffic draws its own requests, never those of a measured window
 _CLIENT_FIELDS = ("ttft", "tpot", "itl", "e2e", "request_rate_per_s", "prompt_tokens_per_s", "generation_tokens_per_s",
                   "mean_prompt_tokens", "mean_generation_tokens", "num_failed_requests", "num_requests")
 
@@ -35,23 +40,35 @@ class LocalMeasurement:
     """A `MeasurementSource`: each window replays the workload with a fresh seed (windows differ like real ones)."""
 
     def __init__(self, workload: WorkloadSpec, urls: Callable[[], Sequence[str]], model: str,
-                 prometheus_url: str | None = None, warmup_requests: int = 4) -> None:
+                 prometheus_url: str | None = None, warmup_requests: int = 4, warmup_s: float = 0.0,
+                 changed_at_s: Callable[[], float | None] = lambda: None) -> None:
         self.workload, self.urls, self.model = workload, urls, model
         self.prometheus_url = prometheus_url
         self.warmup_requests = warmup_requests
+        self.warmup_s = warmup_s
+        self.changed_at_s = changed_at_s  # time.monotonic() of the replicas' last change, None if unknown
         self.names = names_for(Engine.BUILTIN)
         self.windows = 0
+        self.window_started_at_s: float | None = None  # time.monotonic() when the last window's clock started
+
+    def warm_up_left_s(self) -> float:
+        changed = self.changed_at_s()
+        return 0.0 if changed is None else max(0.0, changed + self.warmup_s - time.monotonic())
+
+    def warming_up(self) -> bool:
+        return self.warm_up_left_s() > 0
 
     def measure(self, window_s: float) -> MetricsSnapshot:
         urls = tuple(self.urls())
         if not urls:
             raise MetricsUnavailable(UnavailableReason.UNREACHABLE, "no runtime is serving")
         self.windows += 1
+        self._warm_up(urls)
         plan = RunPlan(urls=urls, model=self.model, duration_s=window_s, warmup_requests=self.warmup_requests,
                        seed=self.windows, show_progress=False)
         with httpx.Client(timeout=10) as scraper:
             before = [fetch_exposition(scraper, f"{url}/metrics") for url in urls]
-            started = time.monotonic()
+            started = self.window_started_at_s = time.monotonic()
             with GaugeSampler(urls, self.names, {self.names.model_label: self.model}) as gauges:
                 result = asyncio.run(run_workload(self.workload, plan))
             after = [fetch_exposition(scraper, f"{url}/metrics") for url in urls]
@@ -61,6 +78,17 @@ class LocalMeasurement:
         if server is not None and not self.prometheus_url:
             server = gauges.apply(server)
         return merge(client, server)
+
+    def _warm_up(self, urls: tuple[str, ...]) -> None:
+        """Drive the workload, unmeasured, until `warmup_s` after the last change (load warms what idling cannot:
+        the batch shapes, the prefix cache, the allocator)."""
+        left_s = self.warm_up_left_s()
+        if left_s <= 0:
+            return
+        plan = RunPlan(urls=urls, model=self.model, duration_s=left_s, warmup_requests=0,
+                       seed=WARMUP_SEED + self.windows, show_progress=False)
+        asyncio.run(run_workload(self.workload, plan))
+        time.sleep(self.warm_up_left_s())  # what is left when the last arrival fell short of the end: under a gap
 
     def _server_side(self, before: list, after: list, measured_s: float) -> MetricsSnapshot | None:
         selector = {self.names.model_label: self.model}

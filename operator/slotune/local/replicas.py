@@ -8,6 +8,8 @@ runtime's own words; the tuner rolls back and never tries it again.
 from __future__ import annotations
 
 import secrets
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +28,9 @@ class ReplicaSettings:
     extra_args: tuple[str, ...] = ()
     hot_reconfigure: bool = True
     startup_timeout_s: float = 180.0
+    # A runtime asked to stop gets this long for its graceful shutdown before SIGKILL: it holds nothing worth
+    # saving, and Ctrl-C must stop local mode within seconds even on a loaded machine.
+    stop_grace_s: float = 5.0
 
 
 class LocalReplicas:
@@ -35,6 +40,7 @@ class LocalReplicas:
         self.settings = settings
         self.config: RuntimeConfig | None = None
         self._processes: list[RuntimeProcess] = []
+        self.changed_at_s: float | None = None  # time.monotonic() of the last change to what runs (None: nothing)
         self._token = secrets.token_urlsafe(24)
         self._token_file = settings.work_dir / "admin-token"
         settings.work_dir.mkdir(parents=True, exist_ok=True)
@@ -63,6 +69,8 @@ class LocalReplicas:
             return ApplyResult.failure(str(error), crashed=True)
         except RuntimeRefused as error:
             return ApplyResult.failure(str(error), crashed=False)
+        finally:
+            self.changed_at_s = time.monotonic()  # even a failed change leaves cold or different runtimes
         self.config = config
         return ApplyResult.success()
 
@@ -88,7 +96,7 @@ class LocalReplicas:
         if missing > 0:
             self._start(config, missing)
         while len(self._processes) > config.replicas:
-            self._processes.pop().stop()
+            self._processes.pop().stop(self.settings.stop_grace_s)
 
     def _reconfigure_live(self, config: RuntimeConfig) -> None:
         for process in self._processes:
@@ -100,8 +108,13 @@ class LocalReplicas:
                 raise RuntimeFailed(f"runtime {process.index} died applying {config.describe()}", process.log_tail())
 
     def stop(self) -> None:
-        for process in self._processes:
-            process.stop()
+        """Stop every runtime at once: each gets the same grace in parallel, so N replicas stop as fast as one."""
+        stoppers = [threading.Thread(target=p.stop, args=(self.settings.stop_grace_s,), daemon=True)
+                    for p in self._processes]
+        for stopper in stoppers:
+            stopper.start()
+        for stopper in stoppers:
+            stopper.join()
         self._processes = []
 
 

@@ -104,17 +104,42 @@ def plot(model: TunedModel, status: TunedModelStatus, path: Path) -> None:
     for axis, target in zip(axes[:, 0], targets, strict=True):
         _plot_target(axis, target, points)
     axes[-1, 0].set_xlabel("window (blue: baseline, green: change kept, red: rolled back, black: failed)")
-    figure.suptitle(f"{model.metadata.name}: {status.phase.value}")
+    figure.suptitle(f"{model.metadata.name}: SLO metrics per window")  # the phase is in report.md
     figure.tight_layout()
     figure.savefig(path, dpi=110)
 
 
 def write_report(model: TunedModel, status: TunedModelStatus, out_dir: Path) -> ReportFiles:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    files = ReportFiles(out_dir / "report.json", out_dir / "report.md", out_dir / "slo.png")
-    body = {"metadata": {"name": model.metadata.name}, "spec": model.wire()["spec"],
-            "status": status.model_dump(by_alias=True, mode="json", exclude_none=True)}
-    files.json.write_text(json.dumps(body, indent=2) + "\n")
-    files.markdown.write_text(markdown(model, status))
-    plot(model, status, files.plot)
-    return files
+    return ReportWriter(model, out_dir).write(status)
+
+
+class ReportWriter:
+    """Rewrites the report after every window, so a run stopped at any point (Ctrl-C, SIGTERM, even SIGKILL)
+    leaves one that says where it stood. The PNG is redrawn only when what it shows changed: drawing it costs about
+    half a CPU second, several seconds on a loaded machine, and Ctrl-C must not wait for it."""
+
+    def __init__(self, model: TunedModel, out_dir: Path) -> None:
+        self.model = model
+        self.files = ReportFiles(out_dir / "report.json", out_dir / "report.md", out_dir / "slo.png")
+        self._plotted: tuple[object, ...] | None = None  # what the PNG on disk shows
+
+    def write(self, status: TunedModelStatus) -> ReportFiles:
+        self.files.json.parent.mkdir(parents=True, exist_ok=True)
+        body = {"metadata": {"name": self.model.metadata.name}, "spec": self.model.wire()["spec"],
+                "status": status.model_dump(by_alias=True, mode="json", exclude_none=True)}
+        _replace(self.files.json, json.dumps(body, indent=2) + "\n")
+        _replace(self.files.markdown, markdown(self.model, status))
+        shown = tuple(timeline(status))
+        if shown != self._plotted or not self.files.plot.exists():
+            partial = self.files.plot.with_name(f".{self.files.plot.name}")
+            plot(self.model, status, partial)
+            partial.replace(self.files.plot)
+            self._plotted = shown
+        return self.files
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically: a run killed mid-write never leaves half a report."""
+    partial = path.with_name(f".{path.name}")
+    partial.write_text(text)
+    partial.replace(path)

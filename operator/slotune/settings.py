@@ -43,6 +43,8 @@ class OperatorSettings:
     """DEBUG, INFO, WARNING or ERROR."""
     liveness_endpoint: str = "http://0.0.0.0:8080/healthz"
     """kopf's liveness probe endpoint; empty: none (tests that run several operators on one host)."""
+    metrics_port: int = 0
+    """Port of the operator's own metrics (tick lag, ticks, API requests, PromQL queries); 0: not served."""
     admin_transport: AdminTransport = AdminTransport.DIRECT
     """How /admin/config is reached: direct (pod IP) or proxy (API server pod proxy)."""
     pod_endpoints_file: Path | None = None
@@ -76,6 +78,7 @@ _ENV = {
     "peering": "SLOTUNE_PEERING",
     "log_level": "SLOTUNE_LOG_LEVEL",
     "liveness_endpoint": "SLOTUNE_LIVENESS_ENDPOINT",
+    "metrics_port": "SLOTUNE_METRICS_PORT",
     "admin_transport": "SLOTUNE_ADMIN_TRANSPORT",
     "pod_endpoints_file": "SLOTUNE_POD_ENDPOINTS_FILE",
     "tick_s": "SLOTUNE_TICK_S",
@@ -97,7 +100,7 @@ def _convert(name: str, text: str) -> object:
         return AdminTransport(text)
     if name == "pod_endpoints_file":
         return Path(text) if text else None
-    if name == "workers":
+    if name in {"workers", "metrics_port"}:
         return int(text)
     if name in {"tick_s", "rollout_timeout_s", "unschedulable_grace_s"}:
         return float(text)

@@ -14,8 +14,10 @@ from typing import Any
 
 import httpx
 from kubernetes import client, config
+from prometheus_client import Counter
 
 FIELD_MANAGER = "slotune"
+API_REQUESTS = Counter("slotune_operator_api_requests", "Requests slotune's own code sent the API server", ["method"])
 
 # kind -> (API path prefix, plural): the kinds slotune reads or writes.
 _KINDS = {
@@ -98,6 +100,7 @@ class KubeAPI:
         sent = {"Content-Type": content_type, "Accept": "application/json"} | (headers or {})
         if (authorization := self.credentials.authorization()) is not None:
             sent["Authorization"] = authorization
+        API_REQUESTS.labels(method).inc()
         return self._http.request(method, path, json=body, params=params, headers=sent)
 
     def _checked(self, response: httpx.Response) -> dict[str, Any]:

@@ -23,6 +23,7 @@ _FLAGS = {
     "peering": "kopf peering name shared by the operator replicas; empty: standalone (one replica only)",
     "log_level": "DEBUG, INFO, WARNING or ERROR",
     "liveness_endpoint": "liveness URL kopf serves (default http://0.0.0.0:8080/healthz); empty: none",
+    "metrics_port": "port serving the operator's own metrics (tick lag, API requests, PromQL queries); 0: none",
     "admin_transport": "how /admin/config is reached: direct (pod IP) or proxy (API server pod proxy)",
     "pod_endpoints_file": "test harness only: JSON {NAMESPACE/POD: URL} overriding where pods are reached",
     "tick_s": "seconds between two looks at a TunedModel while a rollout or retry is in flight",

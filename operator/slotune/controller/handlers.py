@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -24,6 +25,7 @@ import kopf
 from slotune.api import GROUP, PLURAL, VERSION, InvalidTunedModel, TunedModel, parse_tunedmodel
 from slotune.backends.kube_api import KubeAPI
 from slotune.backends.kube_deployment import ChildRefused
+from slotune.controller import telemetry
 from slotune.controller.events import EventRecorder
 from slotune.controller.run import TuningRun, deploy
 from slotune.controller.windows import SharedWindows
@@ -57,6 +59,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.api = KubeAPI.from_environment(max_connections=memo.settings.workers)
     memo.pool = ThreadPoolExecutor(max_workers=memo.settings.workers, thread_name_prefix="slotune")
     memo.windows = SharedWindows()
+    telemetry.serve(memo.settings.metrics_port)
     logging.getLogger("slotune").setLevel(memo.settings.log_level.upper())
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request would drown the operator's log
     settings.posting.level = logging.WARNING  # slotune posts its own events with reasons
@@ -106,24 +109,42 @@ async def tune(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **
     settings: OperatorSettings = memo.settings
     run: TuningRun | None = None
     failures = 0
-    while not stopped:
-        delay = settings.tick_s
-        try:
-            tm = parse(body)  # the daemon's body follows the live object
-            if run is None or run.generation != tm.metadata.generation:
-                run = await blocking(memo, TuningRun, memo.api, tm, settings, memo.windows)
-            delay = await blocking(memo, run.tick)
-            failures = 0
-        except kopf.PermanentError as error:  # an invalid spec: nothing to tune until it is edited
-            log.warning("%s/%s: %s", body.metadata.namespace, body.metadata.name, error)
-        except Exception as error:  # a fault is a value: report it, keep the saved state, back off, retry
-            failures += 1
-            delay = min(settings.tick_s * 2**failures, MAX_BACKOFF_S)
-            log.warning("%s/%s: tick failed (retry in %.3g s): %s: %s", body.metadata.namespace,
-                        body.metadata.name, delay, type(error).__name__, error)
-            if run is not None:
-                await _report(memo, run, error)
-        await stopped.wait(delay)
+    scheduled: float | None = None  # when this tick was due (monotonic); None: the first one
+    telemetry.DAEMONS.inc()
+    try:
+        while not stopped:
+            delay = settings.tick_s
+            try:
+                tm = parse(body)  # the daemon's body follows the live object
+                if run is None or run.generation != tm.metadata.generation:
+                    run = await blocking(memo, TuningRun, memo.api, tm, settings, memo.windows)
+                delay = await blocking(memo, _tick, run, scheduled)
+                failures = 0
+            except kopf.PermanentError as error:  # an invalid spec: nothing to tune until it is edited
+                log.warning("%s/%s: %s", body.metadata.namespace, body.metadata.name, error)
+            except Exception as error:  # a fault is a value: report it, keep the saved state, back off, retry
+                failures += 1
+                telemetry.TICK_FAILURES.inc()
+                delay = min(settings.tick_s * 2**failures, MAX_BACKOFF_S)
+                log.warning("%s/%s: tick failed (retry in %.3g s): %s: %s", body.metadata.namespace,
+                            body.metadata.name, delay, type(error).__name__, error)
+                if run is not None:
+                    await _report(memo, run, error)
+            scheduled = time.monotonic() + delay
+            await stopped.wait(delay)
+    finally:
+        telemetry.DAEMONS.dec()
+
+
+def _tick(run: TuningRun, scheduled: float | None) -> float:
+    """On a worker: the lag is measured here, where the tick really starts (after waiting for a free worker)."""
+    started = time.monotonic()
+    if scheduled is not None:
+        telemetry.TICK_LAG.observe(max(0.0, started - scheduled))
+    try:
+        return run.tick()
+    finally:
+        telemetry.TICK_DURATION.observe(time.monotonic() - started)
 
 
 async def _report(memo: kopf.Memo, run: TuningRun, error: Exception) -> None:

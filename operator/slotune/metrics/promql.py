@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 
 import httpx
+from prometheus_client import Counter
 
 from slotune.metrics.exposition import HistogramReading
 from slotune.metrics.names import MetricNames, counter_sample
@@ -27,6 +28,8 @@ from slotune.metrics.window import (
     summary_from_reading,
 )
 from slotune.snapshot import LatencyMetric, MetricsSnapshot, Source
+
+PROMQL_QUERIES = Counter("slotune_operator_promql_queries", "PromQL queries sent to Prometheus")
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class PrometheusClient:
 
     def query(self, promql: str, at_s: float | None = None) -> list[tuple[dict[str, str], float]]:
         params = {"query": promql} | ({"time": f"{at_s:.3f}"} if at_s is not None else {})
+        PROMQL_QUERIES.inc()
         try:
             response = self._http.get(f"{self.url}/api/v1/query", params=params)
         except httpx.HTTPError as error:

@@ -1,0 +1,24 @@
+"""The operator's own metrics: how late each TunedModel's tick runs, how many run and fail, what they cost.
+
+Served on `settings.metrics_port` (off at 0) in Prometheus' text format next to the API-request and PromQL-query
+counters the client modules keep (slotune_operator_api_requests_total, slotune_operator_promql_queries_total), so the
+scale of one operator replica is watched the way the runtimes are.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+LAG_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+TICK_LAG = Histogram("slotune_operator_tick_lag_seconds", "How long after its scheduled time a tick started",
+                     buckets=LAG_BUCKETS_S)
+TICK_DURATION = Histogram("slotune_operator_tick_duration_seconds", "Time one tick took on its worker",
+                          buckets=LAG_BUCKETS_S)
+TICK_FAILURES = Counter("slotune_operator_tick_failures", "Ticks that raised (reported and retried)")
+DAEMONS = Gauge("slotune_operator_tunedmodels", "TunedModels whose tuning daemon runs")
+
+
+def serve(port: int) -> None:
+    if port:
+        start_http_server(port)

@@ -22,6 +22,7 @@ from gpu_runtime.config import (
     SchedulerKnobs,
 )
 from gpu_runtime.kv_cache import BlockManager
+from gpu_runtime.model_files import read_model_config
 from gpu_runtime.model_runner import ModelRunner, SequenceInput, kv_bytes_per_block
 from gpu_runtime.quant import QuantReport, requantize
 from gpu_runtime.sampling import Sampler, processed_probs
@@ -109,7 +110,7 @@ class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         path = Path(config.model)
-        self.model_config = ModelConfig.from_dir(path)
+        self.model_config = read_model_config(path)
         self.device = _resolve_device(config.device)
         self.dtype = _resolve_dtype(config.dtype, self.model_config, self.device)
         self.max_model_len = self._max_model_len()

@@ -1,4 +1,5 @@
-"""Loading Hugging Face safetensors checkpoints (single file or sharded with an index) into LlamaModel.
+"""Loading checkpoints into LlamaModel: Hugging Face safetensors (single file or sharded with an index) or a GGUF
+file, whose tensors model_files hands over under their Hugging Face names.
 
 HF names map onto our fused modules: q/k/v_proj -> self_attn.qkv_proj (concatenated on the output dim in that
 order), gate/up_proj -> mlp.gate_up_proj. load_weights copies into existing parameters, so it also reloads weights in
@@ -7,14 +8,13 @@ place (the model runner's reload path) without reallocating the KV cache.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 
 from gpu_runtime.config import ModelConfig
 from gpu_runtime.model import LlamaModel
+from gpu_runtime.model_files import checkpoint_tensors, read_model_config
 
 _FUSED = {
     "self_attn.q_proj": ("self_attn.qkv_proj", 0),
@@ -23,21 +23,6 @@ _FUSED = {
     "mlp.gate_proj": ("mlp.gate_up_proj", 0),
     "mlp.up_proj": ("mlp.gate_up_proj", 1),
 }
-
-
-def checkpoint_files(path: Path) -> list[Path]:
-    """The safetensors files of a checkpoint directory, following model.safetensors.index.json when present."""
-    index = path / "model.safetensors.index.json"
-    if index.exists():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        return [path / name for name in sorted(set(weight_map.values()))]
-    single = path / "model.safetensors"
-    if single.exists():
-        return [single]
-    found = sorted(path.glob("*.safetensors"))
-    if not found:
-        raise FileNotFoundError(f"no safetensors weights in {path}")
-    return found
 
 
 def _shard_sizes(cfg: ModelConfig, fused_name: str) -> list[int]:
@@ -57,26 +42,26 @@ def _target(cfg: ModelConfig, hf_name: str) -> tuple[str, int | None]:
 
 @torch.inference_mode()
 def load_weights(model: LlamaModel, path: Path) -> None:
-    """Copy every tensor of the checkpoint into `model` (casting dtype); raises if any parameter stays unloaded."""
+    """Copy every tensor of the checkpoint (directory or GGUF) into `model`, casting dtype; raises if any parameter
+    stays unloaded."""
     cfg = model.config
     params = dict(model.named_parameters())
     loaded: set[str] = set()
-    for file in checkpoint_files(Path(path)):
-        with safe_open(str(file), framework="pt") as f:
-            for hf_name in f.keys():  # noqa: SIM118 - safe_open is not a mapping
-                if "rotary_emb" in hf_name:
-                    continue
-                name, shard = _target(cfg, hf_name)
-                if name not in params:
-                    raise KeyError(f"checkpoint tensor {hf_name!r} has no place in the model")
-                tensor = f.get_tensor(hf_name)
-                dest = params[name]
-                if shard is not None:
-                    sizes = _shard_sizes(cfg, name.split(".", 2)[-1].rsplit(".", 1)[0])
-                    offset = sum(sizes[:shard])
-                    dest = dest.narrow(0, offset, sizes[shard])
-                dest.copy_(tensor)
-                loaded.add(f"{name}#{shard}")
+    for hf_name, tensor in checkpoint_tensors(Path(path), cfg):
+        if "rotary_emb" in hf_name:
+            continue
+        name, shard = _target(cfg, hf_name)
+        if name not in params:
+            raise ValueError(f"checkpoint tensor {hf_name!r} has no place in the model")
+        dest = params[name]
+        if shard is not None:
+            sizes = _shard_sizes(cfg, name.split(".", 2)[-1].rsplit(".", 1)[0])
+            dest = dest.narrow(0, sum(sizes[:shard]), sizes[shard])
+        if dest.shape != tensor.shape:
+            raise ValueError(f"checkpoint tensor {hf_name!r} has shape {tuple(tensor.shape)}, the model "
+                             f"{tuple(dest.shape)}")
+        dest.copy_(tensor)
+        loaded.add(f"{name}#{shard}")
     _tie_or_check(model, params, loaded)
 
 
@@ -89,12 +74,12 @@ def _tie_or_check(model: LlamaModel, params: dict[str, torch.nn.Parameter], load
         n for n in params if n not in loaded_names and not (n == "lm_head.weight" and model.config.tie_word_embeddings)
     ]
     if missing:
-        raise KeyError(f"checkpoint lacks weights for: {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+        raise ValueError(f"checkpoint lacks weights for: {missing[:5]}{' ...' if len(missing) > 5 else ''}")
 
 
 def load_model(path: Path, dtype: torch.dtype, device: torch.device) -> LlamaModel:
     """Build the model without initialising it (meta device), allocate on `device` in `dtype`, load weights."""
-    cfg = ModelConfig.from_dir(Path(path))
+    cfg = read_model_config(Path(path))
     with torch.device("meta"):
         model = LlamaModel(cfg)
     model = model.to(dtype).to_empty(device=device)  # cast on meta: no fp32 copy is ever allocated

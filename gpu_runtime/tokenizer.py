@@ -1,33 +1,22 @@
-"""The checkpoint's tokenizer (tokenizer.json via `tokenizers`, special tokens and chat template from
-tokenizer_config.json) and incremental detokenization for streaming.
+"""The model's tokenizer (a checkpoint's tokenizer.json or a GGUF file's vocabulary, via tokenizer_files) with its
+special tokens and chat template, and incremental detokenization for streaming.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tokenizers import Tokenizer as HFTokenizer
-
-
-def _token_content(value: object) -> str | None:
-    if isinstance(value, dict):
-        return str(value.get("content"))
-    return None if value is None else str(value)
+from gpu_runtime.tokenizer_files import read_tokenizer
 
 
 class Tokenizer:
-    """encode/decode plus eos_token_id, bos_token_id and chat_template (None when the checkpoint has none)."""
+    """encode/decode plus eos_token_id, bos_token_id and chat_template (None when the model has none)."""
 
     def __init__(self, path: Path, eos_token_ids: tuple[int, ...] = ()) -> None:
-        path = Path(path)
-        self._tok = HFTokenizer.from_file(str(path / "tokenizer.json"))
-        cfg_file = path / "tokenizer_config.json"
-        cfg = json.loads(cfg_file.read_text()) if cfg_file.exists() else {}
-        self.chat_template: str | None = cfg.get("chat_template")
-        self.bos_token: str | None = _token_content(cfg.get("bos_token"))
-        self.eos_token: str | None = _token_content(cfg.get("eos_token"))
+        self._tok, settings = read_tokenizer(Path(path))
+        self.chat_template: str | None = settings.chat_template
+        self.bos_token, self.eos_token = settings.bos_token, settings.eos_token
         self.bos_token_id = self._tok.token_to_id(self.bos_token) if self.bos_token else None
         eos_from_cfg = self._tok.token_to_id(self.eos_token) if self.eos_token else None
         self.eos_token_id: int | None = (
@@ -35,7 +24,7 @@ class Tokenizer:
         )
         ids = {*eos_token_ids, *([self.eos_token_id] if self.eos_token_id is not None else [])}
         self.eos_token_ids: frozenset[int] = frozenset(ids)
-        self.add_bos_token = bool(cfg.get("add_bos_token", False))
+        self.add_bos_token = settings.add_bos_token
 
     @property
     def vocab_size(self) -> int:

@@ -67,7 +67,7 @@ def build_app(engine: LLMEngine, settings: ServerSettings) -> FastAPI:
     app = FastAPI(title="gpu_runtime", lifespan=lifespan)
     app.state.async_engine = async_engine
     model = ServedModel(settings.served_model_name, max_model_len, engine.model_config.vocab_size,
-                        ChatTemplate.from_model_dir(Path(engine.config.model)))
+                        ChatTemplate.from_model(Path(engine.config.model)))
     app.include_router(build_openai_router(OpenAIHandlers(async_engine, model)))
     app.include_router(build_admin_router(async_engine, admin_state))
     _add_probes(app, async_engine, metrics)

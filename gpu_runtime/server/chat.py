@@ -1,14 +1,13 @@
 """Turns chat messages into the prompt text the model was trained on.
 
-The template comes from the checkpoint's tokenizer_config.json (`chat_template`, a Jinja2 string or a list of named
-templates, rendered as Hugging Face does: `messages`, `add_generation_prompt`, `bos_token`, `eos_token`), in a
-sandboxed environment because a checkpoint is untrusted input. Without one, a plain "role: content" transcript is the
-fallback, so any Llama-family checkpoint can chat.
+The template comes with the model (tokenizer_config.json or chat_template.jinja of a checkpoint, the metadata of a
+GGUF file; see tokenizer_files) and is rendered as Hugging Face does (`messages`, `add_generation_prompt`,
+`bos_token`, `eos_token`), in a sandboxed environment because a checkpoint is untrusted input. Without one, a plain
+"role: content" transcript is the fallback, so any Llama-family checkpoint can chat.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,13 +15,7 @@ import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from gpu_runtime.server.protocol import APIError, ChatMessage
-
-
-def _token_text(token: object) -> str:
-    """A special token in tokenizer_config.json is a string or an AddedToken dict with `content`."""
-    if isinstance(token, dict):
-        return str(token.get("content", ""))
-    return "" if token is None else str(token)
+from gpu_runtime.tokenizer_files import read_tokenizer_settings
 
 
 def _raise_template_error(message: str) -> None:
@@ -38,17 +31,11 @@ class ChatTemplate:
     eos_token: str = ""
 
     @classmethod
-    def from_model_dir(cls, model_dir: Path) -> ChatTemplate:
-        config_path = model_dir / "tokenizer_config.json"
-        if not config_path.is_file():
-            return cls(source=None)
-        config = json.loads(config_path.read_text())
-        template = config.get("chat_template")
-        if isinstance(template, list):  # [{"name": "default", "template": "..."}, ...]
-            named = {entry.get("name"): entry.get("template") for entry in template if isinstance(entry, dict)}
-            template = named.get("default") or next(iter(named.values()), None)
-        return cls(source=template if isinstance(template, str) and template else None,
-                   bos_token=_token_text(config.get("bos_token")), eos_token=_token_text(config.get("eos_token")))
+    def from_model(cls, path: Path) -> ChatTemplate:
+        """The template of a checkpoint directory (tokenizer_config.json or chat_template.jinja) or a GGUF file."""
+        settings = read_tokenizer_settings(Path(path))
+        return cls(source=settings.chat_template, bos_token=settings.bos_token or "",
+                   eos_token=settings.eos_token or "")
 
     def render(self, messages: list[ChatMessage]) -> str:
         """The prompt for `messages`, ending where the assistant's reply starts."""

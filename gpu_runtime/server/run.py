@@ -36,11 +36,12 @@ def serve(args: argparse.Namespace, admin_token: str | None) -> int:
     if args.kv_cache_dtype != "auto":
         raise SystemExit(f"--kv-cache-dtype {args.kv_cache_dtype} is not supported by this runtime build")
     try:
-        # builtin://PRESET becomes the directory of a generated checkpoint; everything below sees a real path.
+        # builtin:// and pkg:// become a checkpoint directory or GGUF file; everything below sees a real path.
         args = argparse.Namespace(**vars(args) | {"model": resolve_model(args.model)})
         engine = LLMEngine(engine_config(args))
-    except ValueError as error:
-        raise SystemExit(f"cannot start the engine: {error}") from error
+    except (ValueError, OSError) as error:  # a bad model path or file: one line, not a traceback
+        message = " ".join(str(error).split())
+        raise SystemExit(f"cannot start the engine: {message}") from error
     settings = ServerSettings(
         served_model_name=args.served_model_name or Path(args.model).resolve().name,
         max_waiting_requests=args.max_waiting_requests, admin_token=admin_token, kv_cache_dtype=args.kv_cache_dtype,

@@ -19,14 +19,17 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from gpu_runtime.loader import checkpoint_files
+from gpu_runtime.model_files import safetensors_files
 
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+_TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
+    "generation_config.json",
+)
 
 
 def _load_all(path: Path) -> dict[str, torch.Tensor]:
     weights: dict[str, torch.Tensor] = {}
-    for file in checkpoint_files(path):
+    for file in safetensors_files(path):
         weights.update(load_file(str(file)))
     return weights
 

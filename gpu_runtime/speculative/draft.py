@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from gpu_runtime.config import ModelConfig, SamplingParams
+from gpu_runtime.model_files import read_model_config
 from gpu_runtime.model_runner import ModelRunner, SequenceInput
 from gpu_runtime.sequence import Sequence
 
@@ -50,9 +51,10 @@ class DraftModelProposer:
         probs_fn: ProbsFn, seed: int = 0,
     ) -> DraftModelProposer:
         """runner_args: (dtype, device, max_model_len, block_size, num_blocks) of the target's runner."""
-        if not (Path(path) / "config.json").is_file():
-            raise ValueError(f"draft model {path} is not a checkpoint directory (no config.json)")
-        draft_cfg = ModelConfig.from_dir(Path(path))
+        try:
+            draft_cfg = read_model_config(Path(path))
+        except ValueError as error:
+            raise ValueError(f"draft model: {error}") from error
         if draft_cfg.vocab_size != target.vocab_size:
             raise ValueError(
                 f"draft model {path} has vocab size {draft_cfg.vocab_size}, the target {target.vocab_size}: "

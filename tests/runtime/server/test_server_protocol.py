@@ -72,14 +72,14 @@ def test_chat_chunks_role_delta_and_usage() -> None:
 def test_chat_template_from_checkpoint_config(tmp_path) -> None:
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(
         {"chat_template": CHAT_TEMPLATE, "bos_token": {"content": "<s>"}, "eos_token": "</s>"}))
-    template = ChatTemplate.from_model_dir(tmp_path)
+    template = ChatTemplate.from_model(tmp_path)
     assert template.bos_token == "<s>"
     text = template.render([ChatMessage(role="system", content="be brief"), ChatMessage(role="user", content="hi")])
     assert text == "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
 
 
 def test_chat_template_fallback_and_errors(tmp_path) -> None:
-    plain = ChatTemplate.from_model_dir(tmp_path)  # no tokenizer_config.json
+    plain = ChatTemplate.from_model(tmp_path)  # no tokenizer_config.json
     assert plain.render([ChatMessage(role="user", content="hi")]) == "user: hi\nassistant:"
     failing = ChatTemplate(source="{{ raise_exception('only user turns') }}")
     with pytest.raises(APIError) as refused:

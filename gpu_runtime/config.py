@@ -168,8 +168,12 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    # None: no logprobs; N >= 0: each new token's logprob under the model's raw logits plus the N most likely (vLLM).
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
+        if self.logprobs is not None and self.logprobs < 0:
+            raise ValueError(f"logprobs must be >= 0, got {self.logprobs}")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if not (self.temperature >= 0.0 and math.isfinite(self.temperature)):

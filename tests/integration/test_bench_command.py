@@ -102,6 +102,16 @@ def test_bench_replays_a_trace_at_its_lengths(runtime: str, tmp_path: Path) -> N
     assert code == 0 and first_two["completed"] == 2 and first_two["total_output_tokens"] == 5 + 7
 
 
+def test_custom_lengths_hold_without_warm_up(runtime: str, tmp_path: Path) -> None:
+    # Seen before: --profile custom refused before the length flags applied; --warmup-requests 0 sent the words
+    # uncalibrated (asked 271 prompt tokens, served 443 on this tokenizer).
+    code, result = _bench(runtime, tmp_path, "--profile", "custom", "--prompt-tokens", "271", "271",
+                          "--output-tokens", "4", "4", "--num-requests", "6", "--rate", "20", "--warmup-requests", "0")
+    assert code == 0 and result["completed"] == 6 and result["workload"]["profile"] == "custom"
+    assert result["total_input_tokens"] / 6 == pytest.approx(271, rel=0.15)
+    assert result["total_output_tokens"] == 6 * 4
+
+
 def test_rejected_requests_are_failures_and_slo_violations(runtime_factory, tmp_path: Path) -> None:
     url = runtime_factory("--max-waiting-requests", "1")
     code, result = _bench(url, tmp_path, "--num-requests", "24", "--rate", "10000", "--arrival", "constant",

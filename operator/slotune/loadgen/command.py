@@ -7,6 +7,7 @@ import asyncio
 import json
 from pathlib import Path
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -15,7 +16,7 @@ from slotune.loadgen.prompts import load_trace
 from slotune.loadgen.runner import RunPlan, run_workload
 from slotune.loadgen.stats import summarize
 from slotune.slo import SLOSpec
-from slotune.workload import Arrival, Profile, WorkloadSpec
+from slotune.workload import Arrival, LengthDistribution, Profile, WorkloadSpec
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,20 +46,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def workload_from_args(args: argparse.Namespace) -> WorkloadSpec:
+    """The workload the flags describe: the profile's, with every length flag applied before validation (a custom
+    profile has no lengths of its own, so it is only valid once they are in)."""
     fields: dict[str, object] = {"profile": args.profile, "request_rate_per_s": args.rate,
                                  "arrival_cv": args.arrival_cv, "concurrency": args.concurrency}
     fields["arrival"] = args.arrival or (Arrival.CONCURRENCY if args.rate is None and args.concurrency else None)
-    spec = WorkloadSpec.model_validate({k: v for k, v in fields.items() if v is not None})
-    prompt, output = spec.prompt, spec.output
-    if args.prompt_tokens:
-        prompt = prompt.model_copy(update={"p50": args.prompt_tokens[0], "p99": args.prompt_tokens[1]})
-    if args.max_prompt_tokens:
-        prompt = prompt.model_copy(update={"max": args.max_prompt_tokens, "min": min(prompt.min,
-                                                                                       args.max_prompt_tokens)})
-    if args.output_tokens:
-        output = output.model_copy(update={"p50": args.output_tokens[0], "p99": args.output_tokens[1]})
-    data = spec.model_dump() | {"prompt_tokens": prompt.model_dump(), "output_tokens": output.model_dump()}
-    return WorkloadSpec.model_validate(data)
+    base = None if args.profile == Profile.CUSTOM else WorkloadSpec.model_validate({"profile": args.profile})
+    if base is None and not (args.prompt_tokens and args.output_tokens):
+        raise SystemExit("slotune bench: --profile custom needs --prompt-tokens P50 P99 and --output-tokens P50 P99")
+    fields["prompt_tokens"] = _lengths(base.prompt if base else None, args.prompt_tokens, args.max_prompt_tokens)
+    fields["output_tokens"] = _lengths(base.output if base else None, args.output_tokens, None)
+    try:
+        return WorkloadSpec.model_validate({k: v for k, v in fields.items() if v is not None})
+    except ValidationError as error:
+        raise SystemExit(f"slotune bench: {error}") from error
+
+
+def _lengths(base: LengthDistribution | None, p50_p99: list[float] | None, max_tokens: int | None
+             ) -> dict[str, float] | None:
+    """A length distribution as the flags change it: the profile's (or none), its median and P99, its cut."""
+    out: dict[str, float] = base.model_dump() if base else {}
+    if p50_p99:
+        out |= {"p50": p50_p99[0], "p99": p50_p99[1]}
+    if max_tokens:
+        out |= {"max": max_tokens, "min": min(out.get("min", 1), max_tokens)}
+    return out or None
 
 
 def slo_from_args(args: argparse.Namespace) -> SLOSpec | None:

@@ -6,6 +6,10 @@ flight, the cap delaying sends as vLLM's --max-concurrency does); closed-loop (c
 where it has one. Requests go round-robin over the URLs (one per replica). The run stops after
 `num_requests` or, for a duration, once no more arrivals fall in it; requests in flight are awaited, and the
 measured duration runs from the first measured send to the last completion.
+
+Prompt lengths are calibrated to the server's tokenizer before the clock starts (see prompts.py): on the warm-up
+requests, or, with no warm-up, on `CALIBRATION_REQUESTS` one-token requests, so `--warmup-requests 0` never means
+uncalibrated lengths. A caller that measured the ratio before passes it (`RunPlan.tokens_per_word`) and sends none.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from slotune.loadgen.prompts import TraceRequest, prompt_for, tokens_per_word
 from slotune.loadgen.record import RequestRecord
 from slotune.workload import PlannedRequest, WorkloadSpec, iter_requests, plan_requests
 
+CALIBRATION_REQUESTS = 2
+CALIBRATION_PROMPT_TOKENS = 128  # long enough that the per-prompt marker ("#-1") is noise in the ratio
+
 
 @dataclass(frozen=True)
 class RunPlan:
@@ -36,6 +43,7 @@ class RunPlan:
     seed: int = 0
     timeout_s: float = 600.0
     show_progress: bool = True
+    tokens_per_word: float | None = None  # the server's, measured earlier; None: measure it before the clock
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,7 @@ class RunResult:
     records: tuple[RequestRecord, ...]
     duration_s: float
     model: str
+    tokens_per_word: float  # what the prompts were scaled by
 
 
 async def served_model(client: httpx.AsyncClient, url: str) -> str:
@@ -62,12 +71,13 @@ class _Sender:
         self.started = time.perf_counter()
         self._task = progress.add_task("requests", total=plan.num_requests) if progress else None
 
-    async def send(self, index: int, request: PlannedRequest, warmup: bool = False, prompt: str | None = None) -> None:
+    async def send(self, index: int, request: PlannedRequest, warmup: bool = False, prompt: str | None = None,
+                   max_tokens: int | None = None) -> None:
         url = self.plan.urls[index % len(self.plan.urls)]
         text = prompt_for(request, index, self.plan.seed, self.tokens_per_word) if prompt is None else prompt
         record = await send_completion(
-            self.client, url, self.model, text, request.output_tokens, index, time.perf_counter() - self.started,
-            request.prompt_tokens, warmup,
+            self.client, url, self.model, text, max_tokens or request.output_tokens, index,
+            time.perf_counter() - self.started, request.prompt_tokens, warmup,
         )
         self.records.append(record)
         if self.progress is not None and self._task is not None and not warmup:
@@ -124,6 +134,7 @@ async def run_workload(spec: WorkloadSpec, plan: RunPlan, trace: Sequence[TraceR
         model = plan.model or await served_model(client, plan.urls[0])
         with Progress(disable=not plan.show_progress, transient=True) as progress:
             ratio = await _warm_up(_Sender(client, plan, model, None), spec, plan, trace)
+            ratio = plan.tokens_per_word or ratio or await _calibrate(_Sender(client, plan, model, None))
             replayed = None if trace is None else trace_window(trace, plan.num_requests, plan.duration_s)
             sender = _Sender(client, plan if replayed is None else replace(plan, num_requests=len(replayed)), model,
                              progress, ratio)
@@ -137,18 +148,18 @@ async def run_workload(spec: WorkloadSpec, plan: RunPlan, trace: Sequence[TraceR
                                                                          plan.seed)]
                 await _open_loop(sender, requests, plan.max_concurrency or spec.concurrency)
             duration_s = time.perf_counter() - sender.started
-    return RunResult(tuple(sorted(sender.records, key=lambda r: r.index)), duration_s, model)
+    return RunResult(tuple(sorted(sender.records, key=lambda r: r.index)), duration_s, model, ratio)
 
 
 async def _warm_up(sender: _Sender, spec: WorkloadSpec, plan: RunPlan, trace: Sequence[TraceRequest] | None
-                   ) -> float:
+                   ) -> float | None:
     """A few requests before the clock starts: first requests after a cold start are several times slower.
 
-    Returns the server's tokens per prompt word, measured on the generated warm-up prompts (1.0 without any).
+    Returns the server's tokens per prompt word, measured on the generated warm-up prompts (None without any).
     A replay warms up with the trace's own first requests (their lengths, not the profile's).
     """
     if plan.warmup_requests <= 0:
-        return 1.0
+        return None
     if trace is not None:
         warmup = list(trace[: plan.warmup_requests])
     else:
@@ -157,4 +168,13 @@ async def _warm_up(sender: _Sender, spec: WorkloadSpec, plan: RunPlan, trace: Se
                            for i, r in enumerate(warmup)))
     planned = {-1 - i: r.planned.prompt_tokens for i, r in enumerate(warmup) if r.prompt is None}
     served = [(planned[r.index], r.prompt_tokens) for r in sender.records if r.ok and r.index in planned]
-    return tokens_per_word([p for p, _ in served], [s for _, s in served])
+    return tokens_per_word([p for p, _ in served], [s for _, s in served]) if served else None
+
+
+async def _calibrate(sender: _Sender) -> float:
+    """The server's tokens per prompt word from a few one-token requests (excluded from the results like a
+    warm-up): for runs without generated warm-up prompts. 1.0 when the server reports no usage."""
+    probe = PlannedRequest(0.0, CALIBRATION_PROMPT_TOKENS, 1, None, 0)
+    await asyncio.gather(*(sender.send(-1 - i, probe, warmup=True, max_tokens=1) for i in range(CALIBRATION_REQUESTS)))
+    served = [r.prompt_tokens for r in sender.records if r.ok]
+    return tokens_per_word([CALIBRATION_PROMPT_TOKENS] * len(served), served)

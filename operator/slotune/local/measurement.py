@@ -50,6 +50,7 @@ class LocalMeasurement:
         self.names = names_for(Engine.BUILTIN)
         self.windows = 0
         self.window_started_at_s: float | None = None  # time.monotonic() when the last window's clock started
+        self.tokens_per_word: float | None = None  # the served tokenizer's, measured once (prompts.py)
 
     def warm_up_left_s(self) -> float:
         changed = self.changed_at_s()
@@ -65,12 +66,13 @@ class LocalMeasurement:
         self.windows += 1
         self._warm_up(urls)
         plan = RunPlan(urls=urls, model=self.model, duration_s=window_s, warmup_requests=self.warmup_requests,
-                       seed=self.windows, show_progress=False)
+                       seed=self.windows, show_progress=False, tokens_per_word=self.tokens_per_word)
         with httpx.Client(timeout=10) as scraper:
             before = [fetch_exposition(scraper, f"{url}/metrics") for url in urls]
             started = self.window_started_at_s = time.monotonic()
             with GaugeSampler(urls, self.names, {self.names.model_label: self.model}) as gauges:
                 result = asyncio.run(run_workload(self.workload, plan))
+            self.tokens_per_word = result.tokens_per_word
             after = [fetch_exposition(scraper, f"{url}/metrics") for url in urls]
             measured_s = time.monotonic() - started
         client = client_snapshot(result.records, result.duration_s)
@@ -86,8 +88,8 @@ class LocalMeasurement:
         if left_s <= 0:
             return
         plan = RunPlan(urls=urls, model=self.model, duration_s=left_s, warmup_requests=0,
-                       seed=WARMUP_SEED + self.windows, show_progress=False)
-        asyncio.run(run_workload(self.workload, plan))
+                       seed=WARMUP_SEED + self.windows, show_progress=False, tokens_per_word=self.tokens_per_word)
+        self.tokens_per_word = asyncio.run(run_workload(self.workload, plan)).tokens_per_word
         time.sleep(self.warm_up_left_s())  # what is left when the last arrival fell short of the end: under a gap
 
     def _server_side(self, before: list, after: list, measured_s: float) -> MetricsSnapshot | None:

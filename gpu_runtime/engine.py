@@ -22,6 +22,7 @@ from gpu_runtime.config import (
     SchedulerKnobs,
 )
 from gpu_runtime.kv_cache import BlockManager
+from gpu_runtime.logprobs import TokenLogprob, step_logprobs
 from gpu_runtime.model_files import read_model_config
 from gpu_runtime.model_runner import ModelRunner, SequenceInput, kv_bytes_per_block
 from gpu_runtime.quant import QuantReport, requantize
@@ -60,6 +61,7 @@ class RequestOutput:
     finish_reason: str | None
     times: RequestTimes
     token_times: list[float]
+    logprobs: list[TokenLogprob] | None = None  # one per new token when the request asked for logprobs
 
 
 @dataclass(frozen=True)
@@ -257,22 +259,25 @@ class LLMEngine:
             if item.seq.first_scheduled_time is None:
                 item.seq.first_scheduled_time = now
         completing = [item for item in sched.scheduled if item.completes]
-        tokens = self._forward_and_sample(sched, completing) if sched.scheduled else []
+        tokens, logprobs = self._forward_and_sample(sched, completing) if sched.scheduled else ([], [])
         now = time.monotonic()
         for item, new_tokens in zip(completing, tokens, strict=True):
             for token in new_tokens:
                 item.seq.append_token(token, now)
         self.scheduler.on_step_done(sched)  # after appending: a verified draft's KV stays only if it was accepted
-        for item, new_tokens in zip(completing, tokens, strict=True):
-            outputs.append(self._process_tokens(item.seq, new_tokens, now))
+        for item, new_tokens, new_logprobs in zip(completing, tokens, logprobs, strict=True):
+            outputs.append(self._process_tokens(item.seq, new_tokens, new_logprobs, now))
         self._num_steps += 1
         self._last_step_num_tokens = sched.num_batched_tokens
         if self._step_trace is not None:
             self._step_trace.record(sched, step_start, time.monotonic())
         return outputs
 
-    def _forward_and_sample(self, sched: SchedulerOutput, completing: list[ScheduledSequence]) -> list[list[int]]:
-        """One forward pass; returns the new tokens of each completing sequence (1, or up to 1 + drafts)."""
+    def _forward_and_sample(
+        self, sched: SchedulerOutput, completing: list[ScheduledSequence]
+    ) -> tuple[list[list[int]], list[list[TokenLogprob] | None]]:
+        """One forward pass; returns the new tokens of each completing sequence (1, or up to 1 + drafts) and their
+        logprobs where the request asked for them."""
         inputs = [
             SequenceInput(
                 _query_tokens(item),
@@ -300,9 +305,11 @@ class LLMEngine:
             verified = self._spec.verify([item.seq for item in items], drafts, [rows[i] for i in spec])
             for i, new_tokens in zip(spec, verified, strict=True):
                 tokens[i] = new_tokens
-        return tokens
+        return tokens, step_logprobs(list(rows), tokens, [item.seq.params.logprobs for item in completing])
 
-    def _process_tokens(self, seq: Sequence, tokens: list[int], now: float) -> RequestOutput:
+    def _process_tokens(
+        self, seq: Sequence, tokens: list[int], logprobs: list[TokenLogprob] | None, now: float
+    ) -> RequestOutput:
         """Detokenize and check stop conditions token by token; tokens after a stop are dropped from the sequence."""
         state = self._texts[seq.request_id]
         num_before = seq.num_output_tokens - len(tokens)
@@ -315,12 +322,13 @@ class LLMEngine:
             if reason is not None:
                 del seq.token_ids[seq.num_prompt_tokens + num_output :]
                 tokens = tokens[: i + 1]
+                logprobs = None if logprobs is None else logprobs[: i + 1]
                 self._finish(seq, reason, now)
                 break
         end = len(state.text) if reason else max(state.emitted, len(state.text) - state.stop_holdback)
         new_text, state.emitted = state.text[state.emitted : end], end
         times, state.token_times = state.token_times, []
-        return self._output(seq, tokens, new_text, times)
+        return self._output(seq, tokens, new_text, times, logprobs)
 
     def _stop_reason(self, seq: Sequence, token: int, state: _TextState, num_output: int) -> str | None:
         params = seq.params
@@ -341,7 +349,8 @@ class LLMEngine:
         seq.finish_reason, seq.finished_time = reason, now
         del self._seqs[seq.request_id]
 
-    def _output(self, seq: Sequence, new_ids: list[int], new_text: str, token_times: list[float]) -> RequestOutput:
+    def _output(self, seq: Sequence, new_ids: list[int], new_text: str, token_times: list[float],
+                logprobs: list[TokenLogprob] | None = None) -> RequestOutput:
         if seq.is_finished:
             self._texts.pop(seq.request_id, None)
         return RequestOutput(
@@ -355,6 +364,7 @@ class LLMEngine:
             finish_reason=seq.finish_reason,
             times=seq.times(),
             token_times=token_times,
+            logprobs=logprobs,
         )
 
     # ---- introspection and convenience ----------------------------------------------------------------------

@@ -141,7 +141,7 @@ def engine_args(tm: TunedModel, config: RuntimeConfig) -> list[str]:
         if spec.hardware.count > 1:
             args += ["--tensor-parallel-size", str(spec.hardware.count)]
         if spec.model.revision:
-            args += ["--revision", spec.model.revision]
+            args.append(f"--revision={spec.model.revision}")  # =: a revision is a value, never a flag
         return [*args, *_engine_config(config).engine_args(), *spec.runtime.extra_args]
     args = ["--model", model, *common, "--admin-token-file", ADMIN_TOKEN_FILE]
     if spec.hardware.accelerator is Accelerator.CPU:

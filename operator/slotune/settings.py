@@ -35,6 +35,14 @@ class OperatorSettings:
     """Image of the builtin runtime when spec.hardware.accelerator is cpu."""
     vllm_image: str = "vllm/vllm-openai:v0.11.0"
     """Image for spec.runtime.engine vllm."""
+    allowed_builtin_images: tuple[str, ...] = ("ghcr.io/slotune/runtime",)
+    """Runtime policy (slotune.admission): image repositories a TunedModel may name for the builtin engine."""
+    allowed_vllm_images: tuple[str, ...] = ("vllm/vllm-openai",)
+    """Runtime policy: image repositories a TunedModel may name for the vllm engine."""
+    allow_extra_args: bool = True
+    """Runtime policy: whether spec.runtime.extraArgs may be set (operator-owned flags are refused either way)."""
+    allow_remote_code: bool = False
+    """Runtime policy: whether --trust-remote-code may be passed in spec.runtime.extraArgs."""
     watch_namespaces: tuple[str, ...] = ()
     """Namespaces served; empty: all namespaces."""
     peering: str = "slotune"
@@ -74,6 +82,10 @@ _ENV = {
     "runtime_image": "SLOTUNE_RUNTIME_IMAGE",
     "runtime_image_cpu": "SLOTUNE_RUNTIME_IMAGE_CPU",
     "vllm_image": "SLOTUNE_VLLM_IMAGE",
+    "allowed_builtin_images": "SLOTUNE_ALLOWED_BUILTIN_IMAGES",
+    "allowed_vllm_images": "SLOTUNE_ALLOWED_VLLM_IMAGES",
+    "allow_extra_args": "SLOTUNE_ALLOW_EXTRA_ARGS",
+    "allow_remote_code": "SLOTUNE_ALLOW_REMOTE_CODE",
     "watch_namespaces": "SLOTUNE_WATCH_NAMESPACES",
     "peering": "SLOTUNE_PEERING",
     "log_level": "SLOTUNE_LOG_LEVEL",
@@ -94,8 +106,10 @@ def env_names() -> Mapping[str, str]:
 
 
 def _convert(name: str, text: str) -> object:
-    if name == "watch_namespaces":
+    if name in {"watch_namespaces", "allowed_builtin_images", "allowed_vllm_images"}:
         return tuple(n.strip() for n in text.split(",") if n.strip())
+    if name in {"allow_extra_args", "allow_remote_code"}:
+        return _flag(name, text)
     if name == "admin_transport":
         return AdminTransport(text)
     if name == "pod_endpoints_file":
@@ -105,6 +119,12 @@ def _convert(name: str, text: str) -> object:
     if name in {"tick_s", "rollout_timeout_s", "unschedulable_grace_s"}:
         return float(text)
     return text
+
+
+def _flag(name: str, text: str) -> bool:
+    if text.strip().lower() not in {"true", "false"}:
+        raise ValueError(f"{_ENV[name]} must be true or false, not {text!r}")
+    return text.strip().lower() == "true"
 
 
 def load_settings(overrides: Mapping[str, str | None] | None = None, environ: Mapping[str, str] | None = None

@@ -71,6 +71,7 @@ def test_binding_gives_the_role_to_the_operator_service_account(helm_binary: Pat
 def test_rbac_and_service_account_can_be_left_to_the_user(helm_binary: Path) -> None:
     objects = rendered(helm_binary, "--set", "rbac.create=false", "--set", "serviceAccount.create=false",
                        "--set", "serviceAccount.name=provided")
-    assert {o["kind"] for o in objects} == {"Deployment", "ClusterKopfPeering"}
+    assert {o["kind"] for o in objects} == {"Deployment", "ClusterKopfPeering", "ValidatingAdmissionPolicy",
+                                            "ValidatingAdmissionPolicyBinding"}
     pod = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "provided"

@@ -17,6 +17,8 @@ CHART = ROOT / "charts" / "slotune"
 CONTRACT_ENV = {
     "SLOTUNE_PROMETHEUS_URL", "SLOTUNE_RUNTIME_IMAGE", "SLOTUNE_RUNTIME_IMAGE_CPU", "SLOTUNE_VLLM_IMAGE",
     "SLOTUNE_WATCH_NAMESPACES", "SLOTUNE_PEERING", "SLOTUNE_LOG_LEVEL", "SLOTUNE_ADMIN_TRANSPORT",
+    "SLOTUNE_ALLOWED_BUILTIN_IMAGES", "SLOTUNE_ALLOWED_VLLM_IMAGES", "SLOTUNE_ALLOW_EXTRA_ARGS",
+    "SLOTUNE_ALLOW_REMOTE_CODE",
 }
 
 
@@ -51,7 +53,8 @@ def test_helm_lint_strict_is_clean(helm_binary: Path) -> None:
 
 def test_default_render_has_the_operator_objects_and_nothing_else(helm_binary: Path) -> None:
     kinds = sorted(o["kind"] for o in render(helm_binary))
-    assert kinds == ["ClusterKopfPeering", "ClusterRole", "ClusterRoleBinding", "Deployment", "ServiceAccount"]
+    assert kinds == ["ClusterKopfPeering", "ClusterRole", "ClusterRoleBinding", "Deployment", "ServiceAccount",
+                     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
 
 
 def test_crds_render_only_with_include_crds(helm_binary: Path) -> None:
@@ -91,6 +94,8 @@ def test_values_reach_the_operator_environment(helm_binary: Path) -> None:
         "SLOTUNE_RUNTIME_IMAGE": "registry.example/rt:1", "SLOTUNE_RUNTIME_IMAGE_CPU": "registry.example/rt:1-cpu",
         "SLOTUNE_VLLM_IMAGE": "registry.example/vllm:2", "SLOTUNE_WATCH_NAMESPACES": "", "SLOTUNE_PEERING": "team-a",
         "SLOTUNE_LOG_LEVEL": "DEBUG", "SLOTUNE_ADMIN_TRANSPORT": "proxy",
+        "SLOTUNE_ALLOWED_BUILTIN_IMAGES": "ghcr.io/slotune/runtime", "SLOTUNE_ALLOWED_VLLM_IMAGES": "vllm/vllm-openai",
+        "SLOTUNE_ALLOW_EXTRA_ARGS": "true", "SLOTUNE_ALLOW_REMOTE_CODE": "false",
     }
     assert container["image"] == "ghcr.io/slotune/operator:9.9.9"
 

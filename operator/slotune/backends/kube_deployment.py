@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from slotune import admission
 from slotune.api import TunedModel
 from slotune.backends.kube_api import KubeAPI, KubeError, object_path
 from slotune.knobs import Engine, RuntimeConfig
@@ -53,9 +54,21 @@ ADMIN_TIMEOUT_S = 10.0
 class ChildRefused(Exception):
     """The API server refused a child object (422 Invalid, 400): the spec cannot be deployed as written."""
 
+    reason = "ChildRefused"
+
     def __init__(self, kind: str, error: KubeError) -> None:
         super().__init__(f"the API server refused the {kind}: {error}")
         self.kind = kind
+
+
+class PolicyRefused(ChildRefused):
+    """The cluster admin's runtime policy (slotune.admission) refuses the spec; no child was created."""
+
+    reason = "PolicyRefused"
+
+    def __init__(self, message: str) -> None:
+        Exception.__init__(self, f"refused by the runtime policy: {message}")
+        self.kind = "TunedModel"
 
 
 @dataclass(frozen=True)
@@ -102,7 +115,10 @@ class KubernetesBackend:
     # --- children -------------------------------------------------------------------------------------------
     def deploy(self, config: RuntimeConfig) -> None:
         """Create or update every child for `config` (the admin Secret only once). Raises ChildRefused when the
-        API server rejects one: waiting will not make it valid."""
+        API server rejects one, PolicyRefused (before creating anything) when the runtime policy refuses the spec:
+        waiting will not make either valid."""
+        if (refused := admission.refusal(self.tm.spec, admission.RuntimePolicy.of(self.settings))) is not None:
+            raise PolicyRefused(refused)
         self._child("Secret", lambda: self.api.create(build_secret(self.tm, new_token())))
         self._child("Service", lambda: self.api.apply(build_service(self.tm)))
         if self._service_monitors():
@@ -140,7 +156,7 @@ class KubernetesBackend:
                 try:
                     self.deploy(config)
                 except ChildRefused as error:
-                    self._record("ChildRefused", str(error), True)
+                    self._record(error.reason, str(error), True)
                     return ApplyResult.failure(str(error), crashed=True)
                 if base is not None:
                     self._record("Restarting", f"rolling out {config.describe()}", False)

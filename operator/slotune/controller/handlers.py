@@ -98,7 +98,7 @@ async def _deploy(memo: kopf.Memo, tm: TunedModel, restart_tuning: bool) -> None
         await blocking(memo, deploy, memo.api, tm, memo.settings, restart_tuning)
     except ChildRefused as error:
         # Retrying cannot help; the daemon's first step meets the same refusal and sets Degraded with it.
-        await blocking(memo, EventRecorder(memo.api, tm), "ChildRefused", str(error), True)
+        await blocking(memo, EventRecorder(memo.api, tm), error.reason, str(error), True)
         raise kopf.PermanentError(str(error)) from error
     except Exception as error:
         raise kopf.TemporaryError(f"applying children failed: {type(error).__name__}: {error}", delay=5) from error

@@ -5,12 +5,19 @@ Nothing here is simulated but the nodes: kwok marks pods scheduled onto them Run
 containers. Binaries come from hack/build-control-plane.sh (built from the Go module proxy, cached by version);
 helm and kubectl from hack/install-system-deps.sh.
 
-    python hack/kwok_cluster.py up      # prints `export KUBECONFIG=...` last
-    python hack/kwok_cluster.py down
+    python hack/kwok_cluster.py up [--name NAME]     # prints `export KUBECONFIG=...` last
+    python hack/kwok_cluster.py down [--name NAME]
+
+Clusters are named, so parallel runs coexist (each gets its own ports from kwokctl), and `up` never tears down a
+cluster that is in use: every cluster records its owner in OWNERS/NAME.json, a process id for a test session or
+none for `make cluster` (it lives until `down`). `up` first reaps the clusters whose owner died (a test session
+killed with SIGKILL leaves etcd and kube-apiserver running), then creates its own, reuses its own persistent one,
+or refuses a name a live owner holds.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -23,6 +30,58 @@ from pathlib import Path
 HACK = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("SLOTUNE_CACHE", Path.home() / ".cache" / "slotune"))
 DEFAULT_WORKDIR = CACHE / "clusters"
+DEFAULT_NAME = os.environ.get("SLOTUNE_CLUSTER", "slotune")
+
+
+class ClusterInUse(RuntimeError):
+    """A cluster of that name runs and its owner is alive: it is someone else's, never torn down."""
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who a cluster belongs to: a live process (pid and its start time, so a reused pid is not mistaken for the
+    owner), or nobody in particular (pid None: a persistent cluster that lives until `down`)."""
+
+    pid: int | None
+    start_ticks: int | None = None
+
+    @classmethod
+    def this_process(cls) -> Owner:
+        return cls(os.getpid(), _start_ticks(os.getpid()))
+
+    def alive(self) -> bool:
+        return self.pid is None or (self.start_ticks is not None and _start_ticks(self.pid) == self.start_ticks)
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process' start time in clock ticks since boot (/proc/PID/stat field 22); None if it is gone or a
+    zombie (a dead owner whose parent has not reaped it yet is dead all the same)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def owners_dir(workdir: Path) -> Path:
+    return workdir / "owners"
+
+
+def read_owners(workdir: Path) -> dict[str, Owner]:
+    """Every cluster of `workdir` that records an owner, by name (an unreadable record counts as a dead owner)."""
+    owners = {}
+    for path in sorted(owners_dir(workdir).glob("*.json")):
+        try:
+            body = json.loads(path.read_text())
+            owners[path.stem] = Owner(body["pid"], body.get("start_ticks"))
+        except (OSError, ValueError, KeyError, TypeError):
+            owners[path.stem] = Owner(-1, -1)
+    return owners
+
+
+def orphans(workdir: Path) -> list[str]:
+    """Names of the clusters in `workdir` whose owner process is gone."""
+    return [name for name, owner in read_owners(workdir).items() if not owner.alive()]
 
 
 @dataclass(frozen=True)
@@ -106,9 +165,53 @@ class Cluster:
             check=check, capture_output=True, text=True, input=input,
         )
 
-    def up(self) -> None:
+    @property
+    def owner_file(self) -> Path:
+        return owners_dir(self.workdir) / f"{self.name}.json"
+
+    def exists(self) -> bool:
+        return (self.workdir / "clusters" / self.name).exists() or self.owner_file.exists()
+
+    def owner(self) -> Owner | None:
+        return read_owners(self.workdir).get(self.name) if self.owner_file.exists() else None
+
+    def reap_orphans(self) -> list[str]:
+        """Delete the clusters of this workdir whose owner died; their names."""
+        reaped = orphans(self.workdir)
+        for name in reaped:
+            Cluster(name, self.workdir, self.bin_dir).down()
+            sys.stderr.write(f"reaped cluster {name}: its owner process is gone\n")
+        return reaped
+
+    def up(self, owner: Owner | None = None) -> bool:
+        """Start this cluster for `owner` (default: this process). False when the persistent cluster of this name
+        already runs and is reused; raises ClusterInUse when a live owner holds the name."""
+        owner = owner or Owner.this_process()
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.down()
+        self.reap_orphans()
+        if self.exists():
+            held = self.owner()
+            if owner.pid is None and held is not None and held.pid is None and self._serving():
+                return False  # `make cluster` twice: the same persistent cluster, untouched
+            if held is not None or self._serving():
+                who = "persistent (make clean-cluster)" if held is None or held.pid is None else f"pid {held.pid}"
+                raise ClusterInUse(f"cluster {self.name} in {self.workdir} is in use ({who}); pick another name")
+            self.down()  # the remains of a cluster nobody owns and nothing serves: safe to clear
+        owners_dir(self.workdir).mkdir(parents=True, exist_ok=True)
+        # Recorded before creating, so a session killed while the cluster starts still leaves a reapable record.
+        self.owner_file.write_text(json.dumps({"pid": owner.pid, "start_ticks": owner.start_ticks}))
+        try:
+            self._create()
+        except BaseException:
+            self.down()
+            raise
+        return True
+
+    def _serving(self) -> bool:
+        return self.kubeconfig.exists() and self.kubectl("get", "--raw", "/readyz", "--request-timeout=5s",
+                                                         check=False).returncode == 0
+
+    def _create(self) -> None:
         b = self.bin_dir
         started = time.monotonic()
         result = self._kwokctl(
@@ -132,6 +235,7 @@ class Cluster:
     def down(self) -> None:
         if (self.workdir / "clusters" / self.name).exists():
             self._kwokctl("delete", "cluster", check=False)
+        self.owner_file.unlink(missing_ok=True)
 
     def _wait_for_api(self, timeout_s: float = 120) -> None:
         deadline = time.monotonic() + timeout_s
@@ -158,13 +262,22 @@ class Cluster:
 
 
 def main(argv: list[str]) -> int:
-    action = argv[1] if len(argv) > 1 else "up"
-    cluster = Cluster("slotune", DEFAULT_WORKDIR, binaries())
-    if action == "down":
+    parser = argparse.ArgumentParser(prog="kwok_cluster.py", description="a kwok control plane for slotune")
+    parser.add_argument("action", choices=("up", "down"), nargs="?", default="up")
+    parser.add_argument("--name", default=DEFAULT_NAME, help="cluster name (default $SLOTUNE_CLUSTER or slotune)")
+    args = parser.parse_args(argv[1:])
+    cluster = Cluster(args.name, DEFAULT_WORKDIR, binaries())
+    if args.action == "down":
         cluster.down()
         return 0
-    cluster.up()
-    print(f"control plane {cluster.server_version()} with nodes {', '.join(n.name for n in cluster.nodes)}")
+    try:
+        created = cluster.up(Owner(None))  # persistent: lives until `down`, whoever started it
+    except ClusterInUse as error:
+        print(error, file=sys.stderr)
+        return 1
+    state = "up" if created else "already up (reused)"
+    print(f"cluster {cluster.name} {state}: control plane {cluster.server_version()} with nodes "
+          f"{', '.join(n.name for n in cluster.nodes)}")
     print(f"export KUBECONFIG={cluster.kubeconfig}")
     return 0
 

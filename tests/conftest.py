@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,16 +33,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip_gpu)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 @pytest.fixture(scope="session")
-def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kwok_cluster.Cluster]:
-    """A real control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok) with fake GPU nodes."""
-    workdir = tmp_path_factory.mktemp("kwok")
-    cluster = kwok_cluster.Cluster(f"slotune-test-{os.getpid()}", workdir, kwok_cluster.binaries())
-    cluster.up()
+def kube() -> Iterator[kwok_cluster.Cluster]:
+    """A real control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok) with fake GPU nodes.
+
+    Named after this session and owned by it, in the shared cluster workdir: parallel sessions coexist, and the
+    next `up` anywhere reaps the cluster of a session that was killed (SIGKILL skips every teardown). SIGTERM is
+    turned into the interrupt pytest already handles, so a terminated session still tears its cluster down.
+    """
+    cluster = kwok_cluster.Cluster(f"slotune-test-{os.getpid()}", kwok_cluster.DEFAULT_WORKDIR,
+                                   kwok_cluster.binaries())
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
+        cluster.up()
         yield cluster
     finally:
         cluster.down()
+        if previous == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, previous)
 
 
 @pytest.fixture(scope="session")

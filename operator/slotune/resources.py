@@ -26,6 +26,15 @@ CONFIG_ANNOTATION = "slotune.io/config"  # the RuntimeConfig the pod template wa
 TUNEDMODEL_LABEL = "slotune.io/tunedmodel"
 RUNTIME_UID = 10001  # the runtime images' non-root user (deploy/Dockerfile.runtime)
 
+# Pod Security Standards "restricted" for the container (the pod repeats the user and the seccomp profile): non-root,
+# no privilege escalation, no capabilities, seccomp RuntimeDefault, and a read-only root filesystem, so every path the
+# runtime writes is a volume (_volumes). tests/integration/test_runtime_pod_security.py runs the pods in a namespace
+# that enforces the profile.
+def restricted_security_context() -> dict[str, Any]:
+    return {"runAsNonRoot": True, "runAsUser": RUNTIME_UID, "runAsGroup": RUNTIME_UID, "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False, "privileged": False, "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
 # GPU feature discovery's nvidia.com/gpu.product values (what kube nodes carrying these GPUs are labelled with).
 GPU_PRODUCTS: dict[Accelerator, str] = {
     Accelerator.NVIDIA_H200: "NVIDIA-H200",
@@ -227,9 +236,7 @@ def _container(tm: TunedModel, config: RuntimeConfig, settings: OperatorSettings
         "startupProbe": _probe(period_s=5, failures=120),  # model load and first compile: up to 10 minutes
         "readinessProbe": _probe(period_s=5, failures=2),
         "livenessProbe": _probe(period_s=10, failures=3),
-        "securityContext": {"runAsNonRoot": True, "runAsUser": RUNTIME_UID, "runAsGroup": RUNTIME_UID,
-                            "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
-                            "capabilities": {"drop": ["ALL"]}},
+        "securityContext": restricted_security_context(),
         "volumeMounts": mounts,
     }
     if found := resources(tm):
@@ -246,8 +253,8 @@ def build_deployment(tm: TunedModel, config: RuntimeConfig, settings: OperatorSe
         "volumes": volumes,
         "automountServiceAccountToken": False,  # the runtime never calls the API server
         "enableServiceLinks": False,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": RUNTIME_UID, "fsGroup": RUNTIME_UID,
-                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {"runAsNonRoot": True, "runAsUser": RUNTIME_UID, "runAsGroup": RUNTIME_UID,
+                            "fsGroup": RUNTIME_UID, "seccompProfile": {"type": "RuntimeDefault"}},
     }
     if selector := node_selector(tm):
         pod_spec["nodeSelector"] = selector

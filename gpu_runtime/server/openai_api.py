@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 
@@ -17,8 +17,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from gpu_runtime.config import SamplingParams
+from gpu_runtime.logprobs import TokenLogprob
 from gpu_runtime.server.async_engine import AsyncEngine, EngineDeadError, RequestStream
 from gpu_runtime.server.chat import ChatTemplate
+from gpu_runtime.server.logprobs_format import LogprobFormatter
 from gpu_runtime.server.protocol import (
     APIError,
     AssistantMessage,
@@ -51,6 +53,11 @@ class Collected:
     finish_reason: str | None
     num_prompt_tokens: int
     num_output_tokens: int
+    logprobs: list[TokenLogprob]
+
+
+# Streamed logprobs: (the chunk's token logprobs, characters of text already sent) -> the chunk's "logprobs" JSON.
+LogprobsRenderer = Callable[[list[TokenLogprob], int], str]
 
 
 class OpenAIHandlers:
@@ -59,6 +66,7 @@ class OpenAIHandlers:
     def __init__(self, engine: AsyncEngine, model: ServedModel) -> None:
         self.engine = engine
         self.model = model
+        self.logprobs = LogprobFormatter(engine.engine.tokenizer)
 
     def models(self) -> ModelList:
         return ModelList(data=[ModelCard(id=self.model.name, max_model_len=self.model.max_model_len)])
@@ -69,13 +77,16 @@ class OpenAIHandlers:
         params = self._params(body, prompt_ids, body.max_tokens or DEFAULT_COMPLETION_MAX_TOKENS)
         request_id = f"cmpl-{uuid.uuid4().hex}"
         outputs = await self.engine.submit(request_id, prompt_ids, params)
+        wants_logprobs = body.num_logprobs is not None
         if body.stream:
             encoder = ChunkEncoder(request_id, self.model.name, StreamKind.COMPLETION)
-            return _streaming_response(outputs, encoder, body.include_usage)
+            render = self.logprobs.completion_json if wants_logprobs else None
+            return _streaming_response(outputs, encoder, body.include_usage, render)
         result = await _collect_unless_disconnected(outputs, request)
+        logprobs = self.logprobs.completion(result.logprobs) if wants_logprobs else None
         return CompletionResponse(
             id=request_id, model=self.model.name,
-            choices=[CompletionChoice(text=result.text, finish_reason=result.finish_reason)],
+            choices=[CompletionChoice(text=result.text, finish_reason=result.finish_reason, logprobs=logprobs)],
             usage=Usage.of(result.num_prompt_tokens, result.num_output_tokens))
 
     async def chat(self, body: ChatCompletionRequest, request: Request) -> Response | ChatCompletionResponse:
@@ -85,13 +96,17 @@ class OpenAIHandlers:
         params = self._params(body, prompt_ids, body.output_limit or self.model.max_model_len - len(prompt_ids))
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
         outputs = await self.engine.submit(request_id, prompt_ids, params)
+        wants_logprobs = body.num_logprobs is not None
         if body.stream:
             encoder = ChunkEncoder(request_id, self.model.name, StreamKind.CHAT)
-            return _streaming_response(outputs, encoder, body.include_usage)
+            render = self.logprobs.chat_json if wants_logprobs else None
+            return _streaming_response(outputs, encoder, body.include_usage, render)
         result = await _collect_unless_disconnected(outputs, request)
+        logprobs = self.logprobs.chat(result.logprobs) if wants_logprobs else None
         return ChatCompletionResponse(
             id=request_id, model=self.model.name,
-            choices=[ChatChoice(message=AssistantMessage(content=result.text), finish_reason=result.finish_reason)],
+            choices=[ChatChoice(message=AssistantMessage(content=result.text), finish_reason=result.finish_reason,
+                                logprobs=logprobs)],
             usage=Usage.of(result.num_prompt_tokens, result.num_output_tokens))
 
     def _check_model(self, name: str) -> None:
@@ -115,28 +130,38 @@ class OpenAIHandlers:
         try:
             return SamplingParams(max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
                                   top_k=max(0, body.top_k), seed=body.seed, stop=body.stop_strings,
-                                  stop_token_ids=tuple(body.stop_token_ids or ()), ignore_eos=body.ignore_eos)
+                                  stop_token_ids=tuple(body.stop_token_ids or ()), ignore_eos=body.ignore_eos,
+                                  logprobs=body.num_logprobs)
         except ValueError as error:
             raise APIError(400, str(error)) from error
 
 
-def _streaming_response(outputs: RequestStream, encoder: ChunkEncoder, include_usage: bool) -> Response:
+def _streaming_response(outputs: RequestStream, encoder: ChunkEncoder, include_usage: bool,
+                        render: LogprobsRenderer | None) -> Response:
     """The request is already admitted, so a refusal (429, 400) was a status code, not an event in a 200 stream."""
-    return StreamingResponse(_sse(outputs, encoder, include_usage), media_type="text/event-stream",
+    return StreamingResponse(_sse(outputs, encoder, include_usage, render), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-async def _sse(outputs: RequestStream, encoder: ChunkEncoder, include_usage: bool) -> AsyncIterator[bytes]:
+async def _sse(outputs: RequestStream, encoder: ChunkEncoder, include_usage: bool,
+               render: LogprobsRenderer | None) -> AsyncIterator[bytes]:
     async with aclosing(outputs):  # cancellation (client gone) closes the engine stream, which aborts the request
         if encoder.kind is StreamKind.CHAT:
             yield encoder.role()
         last = None
+        num_chars_sent = 0
         try:
             while not outputs.done:
                 batch = await outputs.next_batch()
                 last = batch[-1]
-                events = [encoder.text(o.new_text, o.finish_reason if o.finished else None)
-                          for o in batch if o.new_text or o.finished]
+                events = []
+                for o in batch:
+                    # Tokens whose text is held back (a possible stop string, a split character) still carry
+                    # their logprobs now: every token's logprob is sent exactly once.
+                    logprobs = render(o.logprobs, num_chars_sent) if render and o.logprobs else None
+                    if o.new_text or o.finished or logprobs:
+                        events.append(encoder.text(o.new_text, o.finish_reason if o.finished else None, logprobs))
+                    num_chars_sent += len(o.new_text)
                 if events:
                     yield b"".join(events)
         except EngineDeadError as error:
@@ -149,13 +174,15 @@ async def _sse(outputs: RequestStream, encoder: ChunkEncoder, include_usage: boo
 
 async def _collect(outputs: RequestStream) -> Collected:
     parts: list[str] = []
+    logprobs: list[TokenLogprob] = []
     last = None
     async with aclosing(outputs):
         async for output in outputs:
             parts.append(output.new_text)
+            logprobs.extend(output.logprobs or ())
             last = output
     assert last is not None and last.finished  # generate() yields until its request finishes
-    return Collected("".join(parts), last.finish_reason, last.num_prompt_tokens, last.num_output_tokens)
+    return Collected("".join(parts), last.finish_reason, last.num_prompt_tokens, last.num_output_tokens, logprobs)
 
 
 async def _collect_unless_disconnected(outputs: RequestStream, request: Request) -> Collected:

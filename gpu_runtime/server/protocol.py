@@ -3,7 +3,8 @@
 Request models validate what a client may ask for and turn it into the engine's `SamplingParams`; response models
 are what non-streaming endpoints return; `APIError` is the one exception type that becomes an OpenAI-style error
 object (`{"error": {"message", "type", "code"}}`) with a 4xx status. Unknown request fields are ignored, as OpenAI and
-vLLM do, but known fields this runtime cannot honour (n > 1, logprobs, penalties) are refused rather than dropped.
+vLLM do, but known fields this runtime cannot honour (n > 1, echo, penalties) are refused rather than dropped.
+`logprobs` follows vLLM: an integer 0..20 on completions, `logprobs: true` plus `top_logprobs` 0..20 on chat.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 import time
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 MAX_STOP_STRINGS = 16
+MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
 
 
 class APIError(Exception):
@@ -66,7 +68,6 @@ class _SamplingFields(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: Literal[1] = 1
-    logprobs: Literal[False] | None = None
     presence_penalty: Literal[0, 0.0] = 0.0
     frequency_penalty: Literal[0, 0.0] = 0.0
 
@@ -96,6 +97,12 @@ class CompletionRequest(_SamplingFields):
     prompt: str | list[str] | list[int] | list[list[int]]
     echo: Literal[False] = False
     suffix: None = None
+    # The sampled token's logprob plus this many alternatives; strict: `true` is the chat spelling, refused here.
+    logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS, strict=True)] | None = None
+
+    @property
+    def num_logprobs(self) -> int | None:
+        return self.logprobs
 
     @field_validator("prompt")
     @classmethod
@@ -131,6 +138,18 @@ class ChatMessage(BaseModel):
 class ChatCompletionRequest(_SamplingFields):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    logprobs: bool | None = False
+    top_logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
+
+    @model_validator(mode="after")
+    def _top_logprobs_need_logprobs(self) -> ChatCompletionRequest:
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs set to true")
+        return self
+
+    @property
+    def num_logprobs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     @property
     def output_limit(self) -> int | None:
@@ -148,11 +167,35 @@ class Usage(BaseModel):
                    total_tokens=prompt_tokens + completion_tokens)
 
 
+class CompletionLogprobs(BaseModel):
+    """The legacy completions shape: per token its text, logprob, top alternatives (text -> logprob, the sampled
+    token included) and character offset in the completion text."""
+
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class ChatTokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(BaseModel):
+    content: list[ChatTokenLogprob]
+
+
 class CompletionChoice(BaseModel):
     index: int = 0
     text: str
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
 
 
 class CompletionResponse(BaseModel):
@@ -173,7 +216,7 @@ class ChatChoice(BaseModel):
     index: int = 0
     message: AssistantMessage
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
 
 
 class ChatCompletionResponse(BaseModel):

@@ -49,12 +49,13 @@ class ChunkEncoder:
         return sse_event(f'{self._head},"choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},'
                          f'"logprobs":null,"finish_reason":null}}]}}')
 
-    def text(self, text: str, finish_reason: str | None) -> bytes:
-        reason = _json(finish_reason)
+    def text(self, text: str, finish_reason: str | None, logprobs: str | None = None) -> bytes:
+        """logprobs: the chunk's logprobs object, already JSON (None: null)."""
+        reason, logprobs = _json(finish_reason), logprobs or "null"
         if self.kind is StreamKind.CHAT:
-            choice = f'{{"index":0,"delta":{{"content":{_json(text)}}},"logprobs":null,"finish_reason":{reason}}}'
+            choice = f'{{"index":0,"delta":{{"content":{_json(text)}}},"logprobs":{logprobs},"finish_reason":{reason}}}'
         else:
-            choice = f'{{"index":0,"text":{_json(text)},"logprobs":null,"finish_reason":{reason}}}'
+            choice = f'{{"index":0,"text":{_json(text)},"logprobs":{logprobs},"finish_reason":{reason}}}'
         return sse_event(f'{self._head},"choices":[{choice}]}}')
 
     def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:

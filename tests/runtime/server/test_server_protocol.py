@@ -25,7 +25,8 @@ def test_completion_prompt_forms(prompt: object, expected: object) -> None:
 
 @pytest.mark.parametrize("field, value", [
     ("temperature", -0.1), ("temperature", 2.5), ("top_p", 0.0), ("top_p", 1.5), ("max_tokens", 0), ("n", 2),
-    ("top_k", -2), ("prompt", ""), ("prompt", ["a", "b"]), ("stop", ["x"] * 17), ("stop", [""]), ("logprobs", True),
+    ("top_k", -2), ("prompt", ""), ("prompt", ["a", "b"]), ("stop", ["x"] * 17), ("stop", [""]),
+    ("logprobs", 21), ("logprobs", -1), ("logprobs", True),
     ("presence_penalty", 0.5), ("echo", True),
 ])
 def test_completion_rejects_bad_values(field: str, value: object) -> None:

@@ -33,7 +33,7 @@ def tunedmodel(name: str, namespace: str) -> dict[str, Any]:
             "hardware": {"accelerator": "cpu", "count": 0},
             "slo": {"ttft": {"p99": 500}, "tpot": {"p99": 50}},
             "replicas": 1,
-            "tuning": {"windowSeconds": 5, "minSamples": 5, "warmupSeconds": 0, "cooldownSeconds": 0,
+            "tuning": {"windowSeconds": 5, "minSamples": 10, "warmupSeconds": 0, "cooldownSeconds": 0,
                        "hotReconfigure": False},
         },
     }
@@ -50,7 +50,7 @@ def test_three_thread_pools_of_tunedmodels_all_deploy_and_measure(kube, namespac
     names = [f"tm{i:03d}" for i in range(NUM_TUNEDMODELS)]
     fleet = FleetExporter(requests_per_s=4.0).start()
     targets = [fleet.add(namespace, f"{name}-runtime", "fleet") for name in names]
-    prom = prometheus(targets=targets, scrape_interval_s=1.0)
+    prom = prometheus(targets=[(t.address, t.labels) for t in targets], scrape_interval_s=1.0)
     operator = OperatorProcess(kube.kubeconfig, tmp_path / "operator", {"SLOTUNE_PROMETHEUS_URL": prom.url})
 
     def deployed() -> int:

@@ -18,7 +18,7 @@ from slotune.backends.kube_api import KubeAPI
 from slotune.backends.kube_deployment import KubernetesBackend
 from slotune.controller.events import EventRecorder, transition_events
 from slotune.controller.measure import PromQLSource
-from slotune.controller.status import Health, StatusStateStore
+from slotune.controller.status import Health, StatusStateStore, readiness
 from slotune.controller.windows import SharedWindows
 from slotune.knobs import RuntimeConfig
 from slotune.loop import ApplyResult, Tuner, TuningProblem, TuningState
@@ -26,6 +26,7 @@ from slotune.perfmodel.model_profile import LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3
 from slotune.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
+READY_POLL_S = 10.0  # how often pods that are not all ready are looked at again, whatever the loop waits for
 _BY_SIZE = (("70b", LLAMA_3_1_70B), ("8b", LLAMA_3_1_8B), ("1b", LLAMA_3_2_1B))
 
 
@@ -68,11 +69,7 @@ class TuningRun:
         self.tuner = Tuner(problem, _Timed(self), self.source, self.store, clock)
 
     def health(self) -> Health:
-        deployment = self.backend.deployment()
-        status = (deployment or {}).get("status", {})
-        wanted = (deployment or {}).get("spec", {}).get("replicas", 0)
-        ready = deployment is not None and self.backend.ready()
-        message = f"{status.get('readyReplicas', 0)}/{wanted} ready"
+        ready, message = readiness(self.backend.deployment())
         return Health(ready=ready, ready_message=message, metrics_reason=self.source.last_reason,
                       no_prometheus=not self.settings.prometheus_url,
                       tuning_enabled=self.tm.spec.tuning.mode is not TuningMode.OFF)
@@ -84,10 +81,12 @@ class TuningRun:
     def tick(self) -> float:
         """One short step of the loop; returns the seconds until the next step has something to do."""
         self.tuner.step()
+        ready = self.store.refresh()  # Ready follows the pods even while the loop waits out a window
         wake_at_s = self.tuner.wake_at_s
         if wake_at_s is None:  # a rollout, a retry or an apply in flight: look again soon
             return self.settings.tick_s
-        return max(self.settings.tick_s, wake_at_s - self._clock())
+        delay = max(self.settings.tick_s, wake_at_s - self._clock())
+        return delay if ready else min(delay, READY_POLL_S)
 
     def report_fault(self, error: BaseException) -> None:
         """A tick raised: say so on the TunedModel (Warning event, Degraded condition) and keep the saved state."""

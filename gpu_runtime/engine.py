@@ -236,7 +236,7 @@ class LLMEngine:
                 processed_probs, self.config.seed,
             )
         return SpeculativeDecoder(
-            settings, self.block_manager, self.max_model_len, processed_probs, self.sampler.generator,
+            settings, self.max_model_len, processed_probs, self.sampler.generator,
             self._spec_counters, draft,
         )
 
@@ -251,9 +251,12 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         step_start = time.monotonic()
         outputs, self._pending = self._pending, []
-        if self._spec is not None:
-            self._spec.propose(self.scheduler.running)
-        sched = self.scheduler.schedule()
+        if self._spec is None:
+            sched = self.scheduler.schedule()
+        else:  # drafts get their KV slots from the scheduler, like every other token
+            self._spec.prepare(self.scheduler.running)
+            sched = self.scheduler.schedule(self._spec.num_lookahead)
+            self._spec.fill(sched, self.block_manager.block_ids)
         now = time.monotonic()
         for item in sched.scheduled:
             if item.seq.first_scheduled_time is None:

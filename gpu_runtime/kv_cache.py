@@ -86,6 +86,10 @@ class BlockManager:
             found.append(block_id)
         return CachedPrefix(tuple(found), len(found) * self.block_size)
 
+    def can_allocate(self, seq_id: str, num_total_tokens: int) -> bool:
+        """Whether seq_id's existing table can grow to cover num_total_tokens from the free blocks."""
+        return self.blocks_needed(num_total_tokens) - len(self._tables.get(seq_id, [])) <= len(self._free)
+
     def allocate(
         self, seq_id: str, num_total_tokens: int, prefix: CachedPrefix = CachedPrefix(), num_query_tokens: int = 0
     ) -> bool:

@@ -3,11 +3,17 @@ the tokens it still needs (num_tokens - num_computed_tokens), running sequences 
 order, within a token budget (max_num_batched_tokens) and max_num_seqs. A prompt larger than the remaining budget is
 chunked when chunked prefill is on. When the KV pool runs out, the most recently admitted running sequence is
 preempted (its blocks freed, recomputed later). Pure Python (no torch).
+
+The scheduler is the only owner of KV blocks, speculative drafts included: a decoding sequence may ask for lookahead
+slots (`num_lookahead`, e.g. its n-gram drafts, or the k tokens a draft model will write), which are scheduled and
+allocated after its decode token when the budget and the free blocks allow (drafts never preempt anyone), and rolled
+back to the accepted tokens in on_step_done. The speculative decoder only reads the block tables it is handed.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpu_runtime.config import SchedulerKnobs
@@ -41,6 +47,15 @@ class SchedulerOutput:
         return sum(s.num_new_tokens for s in self.scheduled)
 
 
+# How many lookahead (draft) slots a running sequence wants after its uncomputed tokens this step.
+LookaheadFn = Callable[[Sequence], int]
+
+
+def drafted_tokens(seq: Sequence) -> int:
+    """The default lookahead: the drafts already proposed for the sequence (n-gram lookup runs before scheduling)."""
+    return len(seq.spec_token_ids)
+
+
 class Scheduler:
     def __init__(self, knobs: SchedulerKnobs, block_manager: BlockManager) -> None:
         self.knobs = knobs
@@ -69,21 +84,23 @@ class Scheduler:
         self.block_manager.free(seq.request_id)
         seq.status = SequenceStatus.FINISHED
 
-    def schedule(self) -> SchedulerOutput:
+    def schedule(self, num_lookahead: LookaheadFn = drafted_tokens) -> SchedulerOutput:
         budget = self.knobs.max_num_batched_tokens
-        scheduled, preempted = self._schedule_running(budget)
+        scheduled, preempted = self._schedule_running(budget, num_lookahead)
         budget -= sum(s.num_new_tokens for s in scheduled)
         if not preempted:
             scheduled += self._schedule_waiting(budget, nothing_scheduled=not scheduled)
         return SchedulerOutput(tuple(scheduled), tuple(preempted))
 
-    def _schedule_running(self, budget: int) -> tuple[list[ScheduledSequence], list[Sequence]]:
+    def _schedule_running(
+        self, budget: int, num_lookahead: LookaheadFn
+    ) -> tuple[list[ScheduledSequence], list[Sequence]]:
         scheduled: list[ScheduledSequence] = []
         preempted: list[Sequence] = []
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
-            num_new = min(seq.num_tokens + len(seq.spec_token_ids) - seq.num_computed_tokens, budget)
+            num_new = self._num_new_tokens(seq, budget, num_lookahead(seq))
             while not self.block_manager.allocate(seq.request_id, seq.num_computed_tokens + num_new):
                 victim = self.running.pop()
                 self._preempt(victim)
@@ -96,6 +113,16 @@ class Scheduler:
                 budget -= num_new
                 i += 1
         return scheduled, preempted
+
+    def _num_new_tokens(self, seq: Sequence, budget: int, num_lookahead: int) -> int:
+        """The uncomputed tokens plus the lookahead slots that fit the budget, or without lookahead when the free
+        blocks cannot hold it: a draft is worth a slot, never another sequence's preemption."""
+        num_needed = seq.num_tokens - seq.num_computed_tokens
+        with_lookahead = min(num_needed + num_lookahead, budget)
+        total = seq.num_computed_tokens + with_lookahead
+        if with_lookahead > num_needed and not self.block_manager.can_allocate(seq.request_id, total):
+            return min(num_needed, budget)
+        return with_lookahead
 
     def _schedule_waiting(self, budget: int, nothing_scheduled: bool) -> list[ScheduledSequence]:
         scheduled: list[ScheduledSequence] = []
@@ -141,10 +168,11 @@ class Scheduler:
         A sequence that verified drafts must already hold its new tokens: its KV is valid up to (not including) its
         last token, so rejected drafts' positions are rolled back and their blocks returned.
         """
+        bm = self.block_manager
         for item in output.scheduled:
             seq = item.seq
             seq.num_computed_tokens = item.start + item.num_new_tokens
             if item.num_spec_tokens:
                 seq.num_computed_tokens = min(seq.num_computed_tokens, seq.num_tokens - 1)
-                self.block_manager.truncate(seq.request_id, seq.num_computed_tokens)
-            self.block_manager.cache_full_blocks(seq.request_id, seq.token_ids, seq.num_computed_tokens)
+                bm.truncate(seq.request_id, seq.num_computed_tokens)
+            bm.cache_full_blocks(seq.request_id, seq.token_ids, seq.num_computed_tokens)

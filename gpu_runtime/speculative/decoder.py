@@ -1,13 +1,15 @@
-"""Speculative decoding inside the engine's step: propose drafts before scheduling, verify them after the forward.
+"""Speculative decoding inside the engine's step: drafts around scheduling, verification after the forward.
 
-`propose` runs before the scheduler: every running sequence that is decoding (all but its last token computed) gets
-up to k drafted tokens in `seq.spec_token_ids`; the scheduler then gives it 1 + len(drafts) query tokens (fewer
-when the token budget is short), so the target scores every draft of the whole batch, prefill chunks included, in
-the step's one forward pass. `verify` turns each sequence's 1 + n logits rows into the accepted drafts plus one
-target token; the scheduler then rolls the sequence's computed tokens (and KV blocks) back to the accepted ones.
-Drafts never outrun max_tokens or max_model_len, so a step emits at most what the request may still produce.
+`prepare` runs before the scheduler: every running sequence that is decoding (all but its last token computed) may
+get drafts. Prompt lookup proposes them right away into `seq.spec_token_ids` (pure Python, no KV). `num_lookahead`
+tells the scheduler how many draft slots each sequence wants; the scheduler, the only owner of KV blocks, schedules
+1 + n query tokens (fewer when the token budget is short) and allocates their blocks. `fill` then runs a draft model
+over the scheduled sequences, writing its K/V into exactly those blocks (the draft's KV tensors are indexed by the
+target's block ids), so the target scores every draft of the whole batch, prefill chunks included, in the step's one
+forward pass. `verify` turns each sequence's 1 + n logits rows into the accepted drafts plus one target token; the
+scheduler then rolls the sequence's computed tokens (and KV blocks) back to the accepted ones. Drafts never outrun
+max_tokens or max_model_len, so a step emits at most what the request may still produce.
 """
-
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -16,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from gpu_runtime.config import SamplingParams
-from gpu_runtime.kv_cache import BlockManager
+from gpu_runtime.scheduler import SchedulerOutput
 from gpu_runtime.sequence import Sequence
 from gpu_runtime.speculative.config import SpecMethod, SpeculativeSettings
 from gpu_runtime.speculative.draft import DraftModelProposer, ProbsFn
@@ -24,6 +26,7 @@ from gpu_runtime.speculative.ngram import NgramProposer
 from gpu_runtime.speculative.rejection import VerifyOutput, pad_drafts, rejection_sample, verify_greedy
 
 GeneratorFn = Callable[[str, SamplingParams], torch.Generator | None]
+BlockIdsFn = Callable[[str], list[int]]  # the scheduler's block table of a request (read only)
 
 
 @dataclass
@@ -58,7 +61,7 @@ def _padded(rows: list[torch.Tensor], width: int) -> torch.Tensor:
 
 class SpeculativeDecoder:
     def __init__(
-        self, settings: SpeculativeSettings, block_manager: BlockManager, max_model_len: int,
+        self, settings: SpeculativeSettings, max_model_len: int,
         probs_fn: ProbsFn, generator_fn: GeneratorFn, counters: SpecCounters,
         draft: DraftModelProposer | None = None,
     ) -> None:
@@ -67,7 +70,6 @@ class SpeculativeDecoder:
         self.settings = settings
         self.draft = draft
         self._ngram = NgramProposer(settings)
-        self._block_manager = block_manager
         self._max_model_len = max_model_len
         self._probs_fn = probs_fn
         self._generator_fn = generator_fn
@@ -81,28 +83,36 @@ class SpeculativeDecoder:
         room = min(seq.params.max_tokens - seq.num_output_tokens, self._max_model_len - seq.num_tokens) - 1
         return max(0, min(self.settings.num_speculative_tokens, room))
 
-    def propose(self, running: list[Sequence]) -> None:
-        """Set spec_token_ids of every running sequence (empty when it gets no draft this step)."""
+    def prepare(self, running: list[Sequence]) -> None:
+        """Before scheduling: clear last step's drafts; prompt lookup proposes this step's (no KV involved)."""
         self._draft_probs.clear()
         for seq in running:
             seq.spec_token_ids = []
-        wanted = [(seq, k) for seq in running if (k := self._max_draft(seq)) > 0]
-        if self.draft is None:
-            for seq, k in wanted:
+        if self.draft is not None:
+            self.draft.forget_except({seq.request_id for seq in running})
+            return
+        for seq in running:
+            k = self._max_draft(seq)
+            if k > 0:
                 seq.spec_token_ids = self._ngram.propose(seq.token_ids, k)
+
+    def num_lookahead(self, seq: Sequence) -> int:
+        """Draft slots the sequence wants this step: its n-gram drafts, or k for a draft model still to run."""
+        return len(seq.spec_token_ids) if self.draft is None else self._max_draft(seq)
+
+    def fill(self, sched: SchedulerOutput, block_ids: BlockIdsFn) -> None:
+        """After scheduling: a draft model drafts exactly the slots each sequence was given, its K/V going into the
+        blocks the scheduler allocated for them (positions up to num_tokens + n - 2; the target verifies up to
+        num_tokens + n - 1)."""
+        items = [item for item in sched.scheduled if item.num_spec_tokens]
+        if self.draft is None or not items:
             return
-        self.draft.forget_except({seq.request_id for seq in running})
-        # The draft writes K/V for positions up to num_tokens + k - 2 and the target verifies up to num_tokens + k - 1:
-        # reserve the blocks now (the scheduler's own allocation then finds them in place).
-        ready = [(s, k) for s, k in wanted if self._block_manager.allocate(s.request_id, s.num_tokens + k)]
-        if not ready:
-            return
-        tables = [self._block_manager.block_ids(s.request_id) for s, _ in ready]
-        drafts = self.draft.propose([s for s, _ in ready], [k for _, k in ready], tables)
-        for (seq, _), draft in zip(ready, drafts, strict=True):
-            seq.spec_token_ids = draft.token_ids
+        drafts = self.draft.propose([item.seq for item in items], [item.num_spec_tokens for item in items],
+                                    [block_ids(item.seq.request_id) for item in items])
+        for item, draft in zip(items, drafts, strict=True):
+            item.seq.spec_token_ids = draft.token_ids
             if draft.probs is not None:
-                self._draft_probs[seq.request_id] = draft.probs
+                self._draft_probs[item.seq.request_id] = draft.probs
 
     def verify(self, seqs: list[Sequence], drafts: list[list[int]], logits: list[torch.Tensor]) -> list[list[int]]:
         """logits[i]: the target's [len(drafts[i]) + 1, V] rows for seqs[i] -> tokens to append to it."""

@@ -35,30 +35,30 @@ def _step(s: Scheduler) -> SchedulerOutput:
 
 
 def test_running_first_then_fcfs_within_token_budget() -> None:
-    s = _scheduler(max_num_batched_tokens=10)
-    a, b, c = _seq("a", 6), _seq("b", 3), _seq("c", 5)
+    s = _scheduler(max_num_batched_tokens=20)  # the smallest budget the knob schema allows is 16
+    a, b, c = _seq("a", 12), _seq("b", 6), _seq("c", 10)
     for q in (a, b, c):
         s.add(q)
     out = _step(s)
-    assert [(i.seq.request_id, i.num_new_tokens) for i in out.scheduled] == [("a", 6), ("b", 3), ("c", 1)]
+    assert [(i.seq.request_id, i.num_new_tokens) for i in out.scheduled] == [("a", 12), ("b", 6), ("c", 2)]
     out = _step(s)  # a and b decode first, then c's remaining prefill chunk
-    assert [(i.seq.request_id, i.num_new_tokens) for i in out.scheduled] == [("a", 1), ("b", 1), ("c", 4)]
+    assert [(i.seq.request_id, i.num_new_tokens) for i in out.scheduled] == [("a", 1), ("b", 1), ("c", 8)]
     assert c.num_output_tokens == 1  # c's last prompt token was computed, so it got its first token
 
 
 def test_no_chunking_waits_for_a_budget_that_fits_the_whole_prompt() -> None:
-    s = _scheduler(max_num_batched_tokens=8, enable_chunked_prefill=False)
-    a, b = _seq("a", 5), _seq("b", 5)
+    s = _scheduler(max_num_batched_tokens=16, enable_chunked_prefill=False)
+    a, b = _seq("a", 10), _seq("b", 10)
     s.add(a)
     s.add(b)
     assert [i.seq.request_id for i in _step(s).scheduled] == ["a"]
-    assert [(i.seq.request_id, i.num_new_tokens) for i in _step(s).scheduled] == [("a", 1), ("b", 5)]
+    assert [(i.seq.request_id, i.num_new_tokens) for i in _step(s).scheduled] == [("a", 1), ("b", 10)]
 
 
 def test_prompt_longer_than_budget_runs_alone_without_chunking() -> None:
-    s = _scheduler(max_num_batched_tokens=4, enable_chunked_prefill=False)
-    s.add(_seq("long", 9))
-    assert [i.num_new_tokens for i in _step(s).scheduled] == [9]
+    s = _scheduler(max_num_batched_tokens=16, enable_chunked_prefill=False)
+    s.add(_seq("long", 20))
+    assert [i.num_new_tokens for i in _step(s).scheduled] == [20]
 
 
 def test_max_num_seqs_limits_admission() -> None:
@@ -109,9 +109,9 @@ def test_set_knobs_changes_the_next_schedule() -> None:
     s = _scheduler(max_num_batched_tokens=100)
     for i in range(4):
         s.add(_seq(f"s{i}", 10, first=i * 100))
-    s.set_knobs(SchedulerKnobs(max_num_batched_tokens=15, enable_prefix_caching=False))
+    s.set_knobs(SchedulerKnobs(max_num_batched_tokens=25, enable_prefix_caching=False))
     out = _step(s)
-    assert out.num_batched_tokens == 15
+    assert out.num_batched_tokens == 25
     assert not s.block_manager.enable_prefix_caching
 
 

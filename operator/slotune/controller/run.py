@@ -63,6 +63,7 @@ class TuningRun:
         self._clock = clock
         self.backend = KubernetesBackend(api, tm, settings, record=self.events)
         self.changed_at_s = 0.0
+        self._last_fault: str | None = None
         self.source = PromQLSource(tm, settings, lambda: self.changed_at_s, windows, clock)
         self.store = StatusStateStore(api, tm, self.health, on_saved=self._saved)
         problem = TuningProblem.from_spec(tm.spec, profile_for(tm.spec))
@@ -81,6 +82,7 @@ class TuningRun:
     def tick(self) -> float:
         """One short step of the loop; returns the seconds until the next step has something to do."""
         self.tuner.step()
+        self._last_fault = None
         ready = self.store.refresh()  # Ready follows the pods even while the loop waits out a window
         wake_at_s = self.tuner.wake_at_s
         if wake_at_s is None:  # a rollout, a retry or an apply in flight: look again soon
@@ -89,10 +91,14 @@ class TuningRun:
         return delay if ready else min(delay, READY_POLL_S)
 
     def report_fault(self, error: BaseException) -> None:
-        """A tick raised: say so on the TunedModel (Warning event, Degraded condition) and keep the saved state."""
+        """A tick raised: say so on the TunedModel (Warning event, Degraded condition) and keep the saved state.
+        The same cause again, retry after retry, is said once."""
         cause = f"{type(error).__name__}: {error}"
+        if cause == self._last_fault:
+            return
         self.events("TickFailed", f"tuning step failed, retrying with backoff: {cause}", True)
         self.store.report_fault(f"tuning step failed, retrying: {cause}")
+        self._last_fault = cause
 
 
 class _Timed:

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from tests.harness.ports import free_port, wait_for_port
+from tests.harness.ports import free_port
 
 
 @dataclass(frozen=True)
@@ -51,19 +51,25 @@ class Prometheus:
              f"--web.listen-address=127.0.0.1:{self.port}", "--web.enable-lifecycle", "--log.level=warn"],
             stdout=self._log, stderr=subprocess.STDOUT,
         )
-        wait_for_port(self.port)
         self._wait_ready()
 
-    def _wait_ready(self, timeout_s: float = 30) -> None:
+    def _wait_ready(self, timeout_s: float = 300) -> None:
+        """Until /-/ready answers; a Prometheus that exits fails at once with its log. The deadline is only a net
+        for one that hangs: a loaded machine slows the start, it does not stop it."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"prometheus exited with {self._process.returncode}: {self.log_tail()}")
             try:
                 if httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
-        raise TimeoutError("prometheus did not become ready")
+        raise TimeoutError(f"prometheus did not become ready: {self.log_tail()}")
+
+    def log_tail(self, num_chars: int = 2000) -> str:
+        return (self.workdir / "prometheus.log").read_text(errors="replace")[-num_chars:]
 
     def set_targets(self, targets: list[Target]) -> None:
         self._targets = list(targets)
@@ -85,10 +91,13 @@ class Prometheus:
         response.raise_for_status()
         return response.json()["data"]["activeTargets"]
 
-    def wait_for_scrapes(self, timeout_s: float = 30) -> None:
-        """Block until every configured target has been scraped successfully at least once."""
+    def wait_for_scrapes(self, timeout_s: float = 120) -> None:
+        """Block until every configured target has been scraped successfully at least once (the deadline is a net
+        for a target that never answers; scrapes run every interval however loaded the machine is)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"prometheus exited with {self._process.returncode}: {self.log_tail()}")
             active = self.active_targets()
             if len(active) >= len(self._targets) and all(t["health"] == "up" for t in active):
                 return

@@ -47,10 +47,15 @@ class MetricChange:
         return cls(name, before_ms, after_ms, low, high, high < 1.0 - MIN_EFFECT, low > 1.0 + MIN_EFFECT)
 
     def describe(self) -> str:
+        """`ttft_p99 7400.0 -> 38.9 ms (190x faster, interval x0.0049..x0.0055; quantile test p=2e-08)`: the effect
+        size, its interval (after / before) and, where a test decided, its p-value."""
         before = "n/a" if self.before_ms is None else f"{self.before_ms:.1f}"
         after = "n/a" if self.after_ms is None else f"{self.after_ms:.1f}"
-        spread = self.evidence or f"x{self.ratio_low:.2f}..x{self.ratio_high:.2f}"
-        return f"{self.name} {before} -> {after} ms ({spread})"
+        parts = [_effect(self.before_ms, self.after_ms)]
+        if np.isfinite(self.ratio_low) and np.isfinite(self.ratio_high):
+            parts.append(f"interval x{self.ratio_low:.2g}..x{self.ratio_high:.2g}")
+        detail = ", ".join(p for p in parts if p) + (f"; {self.evidence}" if self.evidence else "")
+        return f"{self.name} {before} -> {after} ms ({detail})" if detail else f"{self.name} {before} -> {after} ms"
 
 
 @dataclass(frozen=True)
@@ -84,8 +89,11 @@ def compare(before: LatencySummary, after: LatencySummary, percentile: int, name
         test = compare_histograms(before.histogram, after.histogram, percentile, alpha=(1 - CONFIDENCE) / 2,
                                   min_relative_change=MIN_EFFECT)
         p = test.p_better if a < b else test.p_worse  # the p-value of the direction it moved
-        return MetricChange(name, b, a, float("nan"), float("nan"), test.verdict is CompareVerdict.BETTER,
-                            test.verdict is CompareVerdict.WORSE, f"x{a / b:.2f}, quantile test p={p:.3f}")
+        decided = test.verdict in (CompareVerdict.BETTER, CompareVerdict.WORSE)
+        (b_low, b_high), (a_low, a_high) = _bucket_bounds(before, b), _bucket_bounds(after, a)
+        return MetricChange(name, b, a, a_low / b_high, a_high / max(b_low, 1e-9),
+                            test.verdict is CompareVerdict.BETTER, test.verdict is CompareVerdict.WORSE,
+                            f"quantile test p={p:.2g}" if decided else "")
     b_low, b_high = _bucket_bounds(before, b)
     a_low, a_high = _bucket_bounds(after, a)
     return MetricChange.from_interval(name, b, a, a_low / b_high, a_high / max(b_low, 1e-9))
@@ -174,6 +182,16 @@ def _block_resamples(samples: np.ndarray, rng: np.random.Generator) -> np.ndarra
     starts = rng.integers(0, n - block + 1, (BOOTSTRAP_RESAMPLES, num_blocks))
     index = (starts[:, :, None] + np.arange(block)[None, None, :]).reshape(BOOTSTRAP_RESAMPLES, -1)[:, :n]
     return samples[index]
+
+
+def _effect(before_ms: float | None, after_ms: float | None) -> str:
+    """The effect size in words a person compares: 190x faster, 1.3x slower, unchanged."""
+    if not before_ms or not after_ms:
+        return ""
+    ratio = after_ms / before_ms
+    if abs(ratio - 1.0) < 0.005:
+        return "unchanged"
+    return f"{1 / ratio:.3g}x faster" if ratio < 1 else f"{ratio:.3g}x slower"
 
 
 def _bucket_bounds(summary: LatencySummary, value_ms: float) -> tuple[float, float]:

@@ -84,7 +84,7 @@ def test_tunedmodel_gets_owned_children_on_gpu_nodes_and_a_status(kube, namespac
 
     ready = wait_for(lambda: (c := condition(get(kube, "tunedmodel", "chat", namespace), "Ready"))
                      and c["status"] == "True" and c, 60, "Ready=True", describe=describe)
-    assert ready["reason"] == "RolloutComplete"
+    assert (ready["reason"], ready["message"]) == ("PodsReady", "2/2 pods ready")
     status = get(kube, "tunedmodel", "chat", namespace)["status"]
     metrics = condition({"status": status}, "MetricsAvailable")
     assert (metrics["status"], metrics["reason"]) == ("False", "NoPrometheus")

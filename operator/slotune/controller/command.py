@@ -50,11 +50,13 @@ def run(args: argparse.Namespace) -> int:
     import kopf
 
     import slotune.controller.handlers  # noqa: F401  (registers the handlers with kopf)
+    from slotune.controller.peering import resolve_peering
 
     namespaces = settings.watch_namespaces
+    peering = resolve_peering(settings)
     asyncio.run(kopf.operator(
-        clusterwide=not namespaces, namespaces=namespaces, standalone=not settings.peering,
-        peering_name=settings.peering or None, priority=secrets.randbelow(2**31 - 1) + 1,
+        clusterwide=not namespaces, namespaces=namespaces, standalone=peering is None, peering_name=peering,
+        priority=secrets.randbelow(2**31 - 1) + 1,
         liveness_endpoint=settings.liveness_endpoint or None,
     ))
     return 0

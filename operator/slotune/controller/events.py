@@ -14,6 +14,7 @@ from typing import Any
 
 from slotune.api import API_VERSION, KIND, Phase, TunedModel, Verdict
 from slotune.backends.kube_api import KubeAPI, KubeError, object_path
+from slotune.controller.status import readable
 from slotune.loop.state import HistoryRecord, TuningState
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class EventRecorder:
                          "namespace": self.namespace, "uid": (tm.metadata.model_extra or {}).get("uid")}
 
     def __call__(self, reason: str, message: str, warning: bool = False) -> None:
+        message = readable(message)
         log.info("%s/%s %s: %s", self.namespace, self.involved["name"], reason, message)
         try:
             self.api.post(object_path("Event", self.namespace), self.body(reason, message, warning))

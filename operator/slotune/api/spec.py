@@ -123,10 +123,17 @@ class RuntimeSpec(ApiModel):
     """The serving engine, its container, and the knobs it starts with."""
 
     engine: Engine = Field(default=Engine.BUILTIN, description="builtin (slotune's gpu_runtime) or vllm.")
-    image: str | None = Field(default=None, max_length=512, description="Container image; absent: the engine's.")
+    image: str | None = Field(
+        default=None, max_length=512,
+        description="Container image; absent: the engine's. Only repositories the cluster's runtime policy allows "
+        "(chart value runtimePolicy.allowedImages).",
+    )
     resources: Resources | None = Field(default=None, description="CPU and memory of each runtime container.")
     extra_args: list[str] = Field(
-        default=[], max_length=64, description="Extra engine flags, passed through unchanged."
+        default=[], max_length=64,
+        description="Extra engine flags, appended after the operator's. Flags the operator sets (--port, --host, "
+        "--admin-token-file, --model, the tuned knobs, ...) are refused, and --trust-remote-code unless the cluster's "
+        "runtime policy allows it (chart values runtimePolicy).",
     )
     config: RuntimeConfig = Field(
         default=RuntimeConfig(), json_schema_extra={"x-slotune-omit": ["replicas"]},

@@ -23,6 +23,9 @@ ADMIN_TOKEN_DIR = "/var/run/slotune"
 ADMIN_TOKEN_FILE = f"{ADMIN_TOKEN_DIR}/admin-token"
 CACHE_DIR = "/var/cache/slotune"
 CONFIG_ANNOTATION = "slotune.io/config"  # the RuntimeConfig the pod template was rendered from (JSON)
+# On the pod template: the uid of the admin token Secret the pods read at start. A deleted Secret is recreated with a
+# new token (a new uid), so the template changes and the pods restart with the new token: that is the rotation.
+TOKEN_SECRET_ANNOTATION = "slotune.io/admin-token-secret-uid"
 TUNEDMODEL_LABEL = "slotune.io/tunedmodel"
 RUNTIME_UID = 10001  # the runtime images' non-root user (deploy/Dockerfile.runtime)
 
@@ -244,8 +247,10 @@ def _container(tm: TunedModel, config: RuntimeConfig, settings: OperatorSettings
     return container
 
 
-def build_deployment(tm: TunedModel, config: RuntimeConfig, settings: OperatorSettings) -> dict[str, Any]:
-    """The runtime Deployment running `config` (its replicas and its per-process knobs)."""
+def build_deployment(tm: TunedModel, config: RuntimeConfig, settings: OperatorSettings,
+                     token_secret_uid: str = "") -> dict[str, Any]:
+    """The runtime Deployment running `config` (its replicas and its per-process knobs), its pods reading the token
+    of the admin Secret whose uid is `token_secret_uid`."""
     name = tm.metadata.name
     volumes, _ = _volumes(tm, config)
     pod_spec: dict[str, Any] = {
@@ -267,9 +272,16 @@ def build_deployment(tm: TunedModel, config: RuntimeConfig, settings: OperatorSe
             "replicas": config.replicas,
             "strategy": _strategy(tm),
             "selector": {"matchLabels": selector_labels(name)},
-            "template": {"metadata": {"labels": labels(name)}, "spec": pod_spec},
+            "template": {"metadata": _template_metadata(name, token_secret_uid), "spec": pod_spec},
         },
     }
+
+
+def _template_metadata(name: str, token_secret_uid: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {"labels": labels(name)}
+    if token_secret_uid:
+        meta["annotations"] = {TOKEN_SECRET_ANNOTATION: token_secret_uid}
+    return meta
 
 
 def _strategy(tm: TunedModel) -> dict[str, Any]:

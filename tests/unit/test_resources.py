@@ -192,3 +192,21 @@ def test_a_tunedmodel_without_uid_cannot_own_children() -> None:
     body["metadata"].pop("uid")
     with pytest.raises(ValueError, match="uid"):
         build_service(parse_tunedmodel(body))
+
+
+def test_the_pod_template_names_the_token_secret_it_reads() -> None:
+    """A new admin Secret (rotation) changes the template, so the pods restart and read the new token."""
+    tm = tunedmodel()
+    plain = build_deployment(tm, RuntimeConfig(), SETTINGS)["spec"]["template"]["metadata"]
+    assert "annotations" not in plain
+    named = build_deployment(tm, RuntimeConfig(), SETTINGS, "uid-2")["spec"]["template"]["metadata"]
+    assert named["annotations"] == {"slotune.io/admin-token-secret-uid": "uid-2"}
+
+
+def test_runtime_container_meets_pod_security_restricted() -> None:
+    pod = build_deployment(tunedmodel(), RuntimeConfig(), SETTINGS)["spec"]["template"]["spec"]
+    context = container({"spec": {"template": {"spec": pod}}})["securityContext"]
+    assert context["allowPrivilegeEscalation"] is False and context["capabilities"] == {"drop": ["ALL"]}
+    assert context["runAsNonRoot"] and context["readOnlyRootFilesystem"]
+    assert context["seccompProfile"] == pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert {"emptyDir", "secret"} >= {key for v in pod["volumes"] for key in v if key != "name"}

@@ -123,7 +123,24 @@ class KubernetesBackend:
         self._child("Service", lambda: self.api.apply(build_service(self.tm)))
         if self._service_monitors():
             self._child("ServiceMonitor", lambda: self.api.apply(build_service_monitor(self.tm)))
-        self._child("Deployment", lambda: self.api.apply(build_deployment(self.tm, config, self.settings)))
+        token_uid = ((self._secret() or {}).get("metadata") or {}).get("uid", "")
+        self._child("Deployment", lambda: self.api.apply(build_deployment(self.tm, config, self.settings, token_uid)))
+
+    def _secret(self) -> dict[str, Any] | None:
+        return self.api.get(object_path("Secret", self.namespace, self.names.secret))
+
+    def rotate_deleted_token(self) -> bool:
+        """A deleted admin token Secret is replaced by a new token, and the pods restart to read it (the pod
+        template names the Secret's uid). True when it rotated; never a word of the token itself."""
+        if self._secret() is not None:
+            return False
+        config = self.deployed_config()
+        if config is None:
+            return False  # nothing deployed yet: the first deploy creates the Secret
+        self.deploy(config)
+        self._record("AdminTokenRotated", "the admin token Secret was deleted: a new token, the pods restart to "
+                     "read it", False)
+        return True
 
     def _child(self, kind: str, call: Callable[[], object]) -> None:
         try:
@@ -271,7 +288,7 @@ class KubernetesBackend:
         return ApplyResult.rolling_out(f"waiting for /admin/config on {', '.join(pods)}")
 
     def admin_token(self) -> str:
-        secret = self.api.get(object_path("Secret", self.namespace, self.names.secret))
+        secret = self._secret()
         if secret is None or "token" not in secret.get("data", {}):
             raise KubeError(404, f"Secret {self.names.secret} has no key 'token'")
         return base64.b64decode(secret["data"]["token"]).decode()

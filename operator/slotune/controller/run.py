@@ -81,6 +81,7 @@ class TuningRun:
 
     def tick(self) -> float:
         """One short step of the loop; returns the seconds until the next step has something to do."""
+        self.backend.rotate_deleted_token()  # before the step: a hot change needs the token
         self.tuner.step()
         self._last_fault = None
         ready = self.store.refresh()  # Ready follows the pods even while the loop waits out a window

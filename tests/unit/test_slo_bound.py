@@ -32,23 +32,34 @@ def test_a_p99_just_under_its_target_on_two_windows_does_not_hold():
     first, then = rng.lognormal(5.5, 0.45, 150), rng.lognormal(5.5, 0.45, 150)
     slo = SLOSpec.model_validate({"ttft": {"p99": float(max(np.percentile(first, 99), np.percentile(then, 99)))}})
     assert slo.is_met(_window(first)) and slo.is_met(_window(then))
-    pooled = pool(_window(first), _window(then))
-    assert not holds(slo, _window(first))  # one window cannot bound a p99 at all
-    assert not holds(slo, pooled)
+    windows = [_window(first), _window(then)]
+    assert not holds(slo, windows[:1])  # one window cannot bound a p99 at all
+    assert not holds(slo, windows)
     roomy = SLOSpec.model_validate({"ttft": {"p99": 2 * slo.ttft.p99}})  # type: ignore[union-attr]
-    assert holds(roomy, pooled)
-    margin = bounds(roomy, pooled)[0].margin
+    assert holds(roomy, windows)
+    margin = bounds(roomy, windows)[0].margin
     assert margin is not None and 0 < margin < 0.5
 
 
 def test_a_bound_that_misses_tightens_the_target_so_the_window_violates_it():
     rng = np.random.default_rng(1)
-    pooled = pool(_window(rng.lognormal(5.5, 0.45, 150)), _window(rng.lognormal(5.5, 0.45, 150)))
+    windows = [_window(rng.lognormal(5.5, 0.45, 150)), _window(rng.lognormal(5.5, 0.45, 150))]
+    pooled = pool(*windows)
     observed = pooled.ttft.p99_ms
     assert observed is not None
     slo = SLOSpec.model_validate({"ttft": {"p99": observed * 1.01}})
-    assert slo.is_met(pooled) and not holds(slo, pooled)
-    assert not tightened(slo, bounds(slo, pooled)).is_met(pooled)
+    assert slo.is_met(pooled) and not holds(slo, windows)
+    assert not tightened(slo, bounds(slo, windows)).is_met(pooled)
+
+
+def test_windows_whose_percentiles_vary_widen_the_bound():
+    """Pooled samples hide how much one window's P99 differs from the next; the prediction bound does not."""
+    rng = np.random.default_rng(2)
+    calm, burst = rng.lognormal(5.5, 0.3, 150), rng.lognormal(5.5, 0.3, 150) * 1.6
+    pooled = pool(_window(calm), _window(burst))
+    order_only = upper_bound_ms(pooled.ttft, 99)
+    both = bounds(SLO, [_window(calm), _window(burst)])[0].upper_ms
+    assert order_only is not None and both is not None and both > order_only
 
 
 def test_failed_requests_count_above_every_target():

@@ -112,8 +112,8 @@ def render_markdown(results: list[ScenarioResult], summaries: list[Summary], bud
         if mine is None:
             continue
         ratio = "-" if mine.final_goodput_ratio is None else f"{mine.final_goodput_ratio:.2f}"
-        to_slo = "infeasible" if mine.declared_infeasible else (mine.configs_to_slo if mine.configs_to_slo is not None
-                                                                 else "not met")
+        to_slo = (f"infeasible after {mine.changes_to_infeasible}" if mine.declared_infeasible else
+                  mine.configs_to_slo if mine.configs_to_slo is not None else "not met")
         fewest = "-" if r.fewest_fields_to_slo is None else r.fewest_fields_to_slo
         fresh = "-" if mine.fresh_met is None else f"{mine.fresh_met}/{FRESH_SEEDS}"
         lines.append(f"| {r.scenario} | {'yes' if r.feasible else 'no'} | {r.oracle_config} | "

@@ -25,6 +25,7 @@ class StrategyResult:
     best_so_far: tuple[float, ...]  # best goodput / oracle after each applied configuration
     final_config: str
     fresh_met: int | None = None  # of FRESH_SEEDS windows no strategy measured, how many the final config meets
+    changes_to_infeasible: int | None = None  # configs applied before it first said Infeasible (slotune only)
 
     @property
     def configs_to_near_oracle(self) -> int | None:
@@ -84,4 +85,4 @@ def _score(trace: Trace, evaluator: Evaluator, oracle: Evaluation, feasible: boo
         curve.append(best / oracle.goodput_per_replica if feasible and oracle.goodput_per_replica > 0 else 0.0)
     fresh = evaluator.meets_fresh(final) if final is not None and feasible and trace.strategy == "slotune" else None
     return StrategyResult(trace.strategy, to_slo, ratio, trace.regressions, trace.declared_infeasible, tuple(curve),
-                          final.describe() if final is not None else "-", fresh)
+                          final.describe() if final is not None else "-", fresh, trace.changes_to_infeasible)

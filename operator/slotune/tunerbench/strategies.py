@@ -20,7 +20,7 @@ import optuna
 
 from slotune.api.status import Phase
 from slotune.knobs import RuntimeConfig
-from slotune.loop import ApplyResult, MemoryStateStore, Tuner, TuningProblem
+from slotune.loop import ApplyResult, MemoryStateStore, Tuner, TuningProblem, TuningState
 from slotune.metrics.window import MetricsUnavailable, UnavailableReason
 from slotune.snapshot import MetricsSnapshot
 from slotune.tunerbench.evaluator import Evaluation, Evaluator
@@ -34,6 +34,11 @@ class Trace:
     final: RuntimeConfig | None = None
     declared_infeasible: bool = False
     regressions: int = 0  # applied configs that scored below the config serving just before them
+    changes_to_infeasible: int | None = None  # configs applied when the loop first said Infeasible (slotune)
+
+    def note(self, state: TuningState) -> None:
+        if state.phase is Phase.INFEASIBLE and self.changes_to_infeasible is None:
+            self.changes_to_infeasible = len(self.applied)
 
 
 @dataclass
@@ -89,11 +94,16 @@ def run_slotune(evaluator: Evaluator, budget: int) -> Trace:
     problem = TuningProblem(scenario.slo, tuning, evaluator.deployment, scenario.start, declared)
     backend = _EvaluatedDeployment(evaluator, trace)
     tuner = Tuner(problem, backend, backend, MemoryStateStore())
-    state = tuner.run(max_windows=3 * budget + 4)
+    for _ in range(3 * budget + 4):
+        state = tuner.step()
+        trace.note(state)
+        if state.at_rest:
+            break
     while evaluator.before is not None and backend.num_windows < 60:  # traffic that shifts: serve until it was seen
         if backend.num_windows > evaluator.after_windows + 4 and state.at_rest:
             break
         state = tuner.step()
+        trace.note(state)
     trace.final = state.best if state.phase is Phase.INFEASIBLE and state.best else state.current
     trace.declared_infeasible = state.phase is Phase.INFEASIBLE
     return trace

@@ -26,7 +26,9 @@ from slotune.perfmodel.model_profile import LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3
 from slotune.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
-READY_POLL_S = 10.0  # how often pods that are not all ready are looked at again, whatever the loop waits for
+# How often a TunedModel's children are looked at besides the loop's own steps (a deleted admin Secret to rotate,
+# pods turning ready while the loop waits out a window): two GETs, so not on every tick of a thousand idle models.
+LOOK_S = 10.0
 _BY_SIZE = (("70b", LLAMA_3_1_70B), ("8b", LLAMA_3_1_8B), ("1b", LLAMA_3_2_1B))
 
 
@@ -63,6 +65,8 @@ class TuningRun:
         self._clock = clock
         self.backend = KubernetesBackend(api, tm, settings, record=self.events)
         self.changed_at_s = 0.0
+        self._looked_at_s = float("-inf")  # when the children were last looked at besides the loop (LOOK_S)
+        self._ready = True
         self._last_fault: str | None = None
         self.source = PromQLSource(tm, settings, lambda: self.changed_at_s, windows, clock)
         self.store = StatusStateStore(api, tm, self.health, on_saved=self._saved)
@@ -81,15 +85,19 @@ class TuningRun:
 
     def tick(self) -> float:
         """One short step of the loop; returns the seconds until the next step has something to do."""
-        self.backend.rotate_deleted_token()  # before the step: a hot change needs the token
+        look = self._clock() - self._looked_at_s >= LOOK_S
+        if look:
+            self._looked_at_s = self._clock()
+            self.backend.rotate_deleted_token()  # before the step: a hot change needs the token
         self.tuner.step()
         self._last_fault = None
-        ready = self.store.refresh()  # Ready follows the pods even while the loop waits out a window
+        if look:  # Ready follows the pods even while the loop waits out a window
+            self._ready = self.store.refresh()
         wake_at_s = self.tuner.wake_at_s
         if wake_at_s is None:  # a rollout, a retry or an apply in flight: look again soon
             return self.settings.tick_s
         delay = max(self.settings.tick_s, wake_at_s - self._clock())
-        return delay if ready else min(delay, READY_POLL_S)
+        return delay if self._ready else min(delay, LOOK_S)
 
     def report_fault(self, error: BaseException) -> None:
         """A tick raised: say so on the TunedModel (Warning event, Degraded condition) and keep the saved state.

@@ -1,7 +1,7 @@
 """`slotune bench` end to end: a real runtime process, the CLI as a subprocess, its JSON and PNG read back.
 
 The runtime serves `builtin://tiny` on CPU (the checkpoint is generated into a temporary SLOTUNE_MODEL_CACHE).
-One runtime admits freely; another admits one waiting request (`--max-waiting-requests 1`), so a burst draws 429s,
+One runtime admits freely; another runs one sequence and admits one waiting request, so a burst draws 429s,
 which the summary must count as failed and rejected requests and as SLO violations.
 """
 
@@ -113,7 +113,9 @@ def test_custom_lengths_hold_without_warm_up(runtime: str, tmp_path: Path) -> No
 
 
 def test_rejected_requests_are_failures_and_slo_violations(runtime_factory, tmp_path: Path) -> None:
-    url = runtime_factory("--max-waiting-requests", "1")
+    # One running and one waiting: a third request in flight is refused. Without the one-sequence limit the engine
+    # admits a whole burst at its next step, and a loaded client that sends slower than that drew no 429 at all.
+    url = runtime_factory("--max-num-seqs", "1", "--max-waiting-requests", "1")
     code, result = _bench(url, tmp_path, "--num-requests", "24", "--rate", "10000", "--arrival", "constant",
                           *SMALL_REQUESTS, "--warmup-requests", "0", "--slo-ttft-p99-ms", "60000")
     assert result["rejected"] > 0, result

@@ -145,3 +145,20 @@ def test_status_reads_well_from_fresh_to_degraded(kube, namespace, tmp_path) -> 
     text = describe(kube, "converged", namespace)
     assert "202x faster, interval x0.0025..x0.01" in text, text
     assert "p=1.000" not in text and "7399.99" not in text and "1234.56789" not in text, text
+
+
+def test_validate_refuses_the_infinite_target_kubectl_refuses(kube, namespace, tmp_path) -> None:
+    from slotune.cli import main
+
+    manifest = tmp_path / "inf.yaml"
+    manifest.write_text(f"""apiVersion: slotune.io/v1alpha1
+kind: TunedModel
+metadata: {{name: endless, namespace: {namespace}}}
+spec:
+  model: {{name: m, source: hf://o/m}}
+  hardware: {{accelerator: cpu, count: 0}}
+  slo: {{ttft: {{p99: .inf}}}}
+""")
+    refused = kube.kubectl("create", "--dry-run=server", "-f", str(manifest), check=False)
+    assert refused.returncode != 0 and get(kube, "tm", "endless", namespace) is None, refused.stdout
+    assert main(["validate", "-o", "none", str(manifest)]) == 1

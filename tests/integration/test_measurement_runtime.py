@@ -26,7 +26,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_runtime.checkpoint import build_checkpoint
-from slotune.loadgen.runner import RunPlan, RunResult, run_workload
+from slotune.loadgen.runner import CALIBRATION_REQUESTS, RunPlan, RunResult, run_workload
 from slotune.loadgen.stats import client_snapshot, request_latencies_ms, summarize
 from slotune.local.measurement import LocalMeasurement
 from slotune.metrics.names import names_for
@@ -176,7 +176,7 @@ def _finished_requests(url: str) -> float:
 
 def test_a_local_window_starts_after_the_warm_up_and_leaves_it_out(runtime: str) -> None:
     changed_at_s = time.monotonic()  # as if the replicas had just been (re)started
-    measurement = LocalMeasurement(_workload(), lambda: [runtime], MODEL, warmup_requests=0, warmup_s=2.0,
+    measurement = LocalMeasurement(_workload(), lambda: [runtime], MODEL, warmup_s=2.0,
                                    changed_at_s=lambda: changed_at_s)
     assert measurement.warming_up()
     before = _finished_requests(runtime)
@@ -184,5 +184,16 @@ def test_a_local_window_starts_after_the_warm_up_and_leaves_it_out(runtime: str)
     assert measurement.window_started_at_s is not None
     assert measurement.window_started_at_s >= changed_at_s + 2.0
     assert not measurement.warming_up()
-    # The warm-up's requests reached the server but not the window's numbers.
+    # The warm-up's requests reached the server but neither side of the window: the server side (queue time is
+    # only the server's) counts exactly the requests the client measured.
     assert _finished_requests(runtime) - before > snapshot.num_requests > 0
+    assert snapshot.queue.count == snapshot.num_requests
+
+
+def test_a_local_window_without_warm_up_seconds_still_leaves_its_warm_up_requests_out(runtime: str) -> None:
+    measurement = LocalMeasurement(_workload(), lambda: [runtime], MODEL, warmup_requests=4)
+    before = _finished_requests(runtime)
+    snapshot = measurement.measure(window_s=2.0)
+    # ... and the one-token requests that measure the tokenizer, once.
+    assert _finished_requests(runtime) - before == 4 + CALIBRATION_REQUESTS + snapshot.num_requests
+    assert snapshot.queue.count == snapshot.num_requests > 0

@@ -89,3 +89,19 @@ def test_a_verdict_states_the_effect_size_and_its_interval() -> None:
     samples = compare(LatencySummary.from_samples([100.0 + i % 7 for i in range(200)]),
                       LatencySummary.from_samples([50.0 + i % 5 for i in range(200)]), 99, "tpot_p99")
     assert samples.improved and "x faster, interval x" in samples.describe(), samples.describe()
+
+
+def test_too_few_requests_before_any_window_is_not_a_loss_of_metrics() -> None:
+    from slotune.controller.events import transition_events
+    from slotune.metrics.window import UnavailableReason
+
+    start = TuningState.initial(RuntimeConfig()).evolve(phase=Phase.MEASURING)
+    quiet = start.evolve(metrics_available=False, message="too-few-samples: 9 requests finished in 6 s, need 10")
+    health = Health(ready=True, metrics_reason=UnavailableReason.TOO_FEW_SAMPLES)
+    metrics = by_type(quiet, health)[ConditionType.METRICS_AVAILABLE]
+    assert (metrics.status, metrics.reason) == (ConditionStatus.UNKNOWN, "TooFewSamples")
+    assert "MetricsUnavailable" not in [r for r, _, _ in transition_events(start, quiet)]
+    measured = start.evolve(observed=Observed(window_s=30, num_requests=120))
+    lost = measured.evolve(metrics_available=False, message="Prometheus down")
+    assert by_type(lost, health)[ConditionType.METRICS_AVAILABLE].status is ConditionStatus.FALSE
+    assert ("MetricsUnavailable", "Prometheus down", True) in transition_events(measured, lost)

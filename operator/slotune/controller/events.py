@@ -51,7 +51,9 @@ def transition_events(before: TuningState | None, after: TuningState) -> list[tu
         reason = _PHASE_REASONS.get(after.phase, after.phase.value)
         warning = after.phase in (Phase.DEGRADED, Phase.INFEASIBLE)
         found.append((reason, f"phase {after.phase.value}: {after.message}", warning))
-    if before is not None and before.metrics_available and not after.metrics_available:
+    # Lost after a window was measured; before any, no metrics is the start, said by the MetricsAvailable condition.
+    measured = before is not None and (before.observed is not None or bool(before.history))
+    if measured and before.metrics_available and not after.metrics_available:
         found.append(("MetricsUnavailable", after.message, True))
     return found
 

@@ -72,7 +72,9 @@ def _metrics(state: TuningState, health: Health) -> tuple[bool | None, str, str]
     if health.no_prometheus:
         return False, "NoPrometheus", "no Prometheus URL is configured: tuning is paused"
     if not state.metrics_available:
-        return False, _metrics_reason(health), state.message
+        # Too few requests before any window was measured is the normal start (no traffic yet): not known yet.
+        unknown = state.observed is None and health.metrics_reason is UnavailableReason.TOO_FEW_SAMPLES
+        return None if unknown else False, _metrics_reason(health), state.message
     if state.observed is None:
         return None, "NoWindowYet", "no measurement window has been judged yet"
     return True, "WindowMeasured", f"last window: {state.observed.num_requests} requests"

@@ -24,6 +24,7 @@ BENCHMARKS = {
     "simulator": [sys.executable, "-m", "bench.validate_simulator"],
     "demo": [sys.executable, "-m", "bench.bench_demo"],
     "tuner": [sys.executable, "-m", "slotune.cli", "bench-tuner", "--scenarios", "bench/scenarios"],
+    "operator-scale": [sys.executable, "-m", "bench.bench_operator_scale"],
 }
 
 

@@ -19,6 +19,7 @@ is no runtime to read back). For each N:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -40,7 +41,7 @@ sys.path.insert(0, str(ROOT / "hack"))
 
 import kwok_cluster  # noqa: E402  (hack/ is scripts, not a package)
 from tests.e2e.harness.operator import OperatorProcess  # noqa: E402
-from tests.harness.fleet import FleetExporter  # noqa: E402
+from tests.harness.fleet import FleetExporter, fleet_tunedmodel  # noqa: E402
 from tests.harness.ports import free_port  # noqa: E402
 from tests.harness.prometheus import Prometheus  # noqa: E402
 
@@ -51,21 +52,6 @@ STEADY_WINDOWS = 2
 DELETE_SAMPLE = 50
 SCRAPE_INTERVAL_S = 5.0
 GROUP, VERSION, PLURAL = "slotune.io", "v1alpha1", "tunedmodels"
-
-
-def tunedmodel(name: str, namespace: str, window_s: float) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "TunedModel",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "model": {"name": "fleet", "source": "hf://org/fleet-8b"},
-            "hardware": {"accelerator": "cpu", "count": 0},
-            "slo": {"ttft": {"p99": 500}, "tpot": {"p99": 50}},
-            "replicas": 1,
-            "tuning": {"windowSeconds": window_s, "minSamples": 10, "warmupSeconds": 0, "cooldownSeconds": 0,
-                       "hotReconfigure": False},
-        },
-    }
 
 
 class Watcher:
@@ -89,18 +75,32 @@ class Watcher:
 
     def _deployments(self, api: client.ApiClient) -> None:
         apps = client.AppsV1Api(api)
-        while not self._stop.is_set():
-            for event in watch.Watch().stream(apps.list_namespaced_deployment, self.namespace, timeout_seconds=5):
-                name = event["object"].metadata.name.removesuffix("-runtime")
-                self.deployments.setdefault(name, time.time())
+        self._follow(apps.list_namespaced_deployment, (self.namespace,), self._deployment_event)
 
     def _tunedmodels(self, api: client.ApiClient) -> None:
         custom = client.CustomObjectsApi(api)
+        self._follow(custom.list_namespaced_custom_object, (GROUP, VERSION, self.namespace, PLURAL),
+                     self._tunedmodel_event)
+
+    def _follow(self, lister: Any, args: tuple[str, ...], handle: Any) -> None:
+        """Watch from where the last stream ended (its resourceVersion), so no event falls between two streams."""
+        version = None
         while not self._stop.is_set():
-            for event in watch.Watch().stream(custom.list_namespaced_custom_object, GROUP, VERSION, self.namespace,
-                                              PLURAL, timeout_seconds=5):
-                if event["type"] == "DELETED":
-                    self.deleted.setdefault(event["object"]["metadata"]["name"], time.time())
+            with contextlib.suppress(Exception):  # an expired version or the cluster going away: start over
+                for event in watch.Watch().stream(lister, *args, resource_version=version, timeout_seconds=5):
+                    version = handle(event)
+                continue
+            version = None
+
+    def _deployment_event(self, event: dict[str, Any]) -> str:
+        self.deployments.setdefault(event["object"].metadata.name.removesuffix("-runtime"), time.time())
+        return event["object"].metadata.resource_version
+
+    def _tunedmodel_event(self, event: dict[str, Any]) -> str:
+        meta = event["object"]["metadata"]
+        if event["type"] == "DELETED":
+            self.deleted.setdefault(meta["name"], time.time())
+        return meta["resourceVersion"]
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -176,6 +176,7 @@ def run_count(cluster: kwok_cluster.Cluster, n: int, window_s: float, workdir: P
     custom = client.CustomObjectsApi(api)
     names = [f"tm{i:04d}" for i in range(n)]
     fleet = FleetExporter(requests_per_s=1.0, tick_s=1.0).start()
+    (workdir / f"prometheus-{n}").mkdir(parents=True)
     prometheus = Prometheus(workdir / f"prometheus-{n}", SCRAPE_INTERVAL_S)
     prometheus.set_targets([fleet.add(namespace, f"{name}-runtime", "fleet") for name in names])
     metrics_port = free_port()
@@ -192,7 +193,7 @@ def run_count(cluster: kwok_cluster.Cluster, n: int, window_s: float, workdir: P
 
         def create(name: str) -> None:
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
-                                                   tunedmodel(name, namespace, window_s))
+                                                   fleet_tunedmodel(name, namespace, window_s))
             created[name] = time.time()
 
         with ThreadPoolExecutor(8) as pool:

@@ -136,6 +136,22 @@ def tuner_rows(tuner: Result) -> list[str]:
     ]
 
 
+def operator_scale_rows(scale: Result) -> list[str]:
+    """One row per N: the operator's own costs at that many TunedModels."""
+    rows = []
+    for run in scale["runs"]:
+        create, lag, gone = run["create_to_deployment_s"], run["tick_lag_s"], run["delete_to_gone_s"]
+        rows.append(_row(
+            f"operator, {run['tunedmodels']} TunedModels on one replica (kwok, real Prometheus, "
+            f"{run['window_s']:.0f} s windows): create->Deployment p99, tick lag p99, delete p99, SIGTERM, RSS, "
+            "API server req/s (all clients), PromQL queries/s",
+            f"**{create['p99']:.1f} s**, <= {lag['p99_at_most']:g} s, {gone['p99']:.2f} s, "
+            f"{run['sigterm_to_exit_s']:.1f} s, {run['operator_rss_mib']:.0f} MiB, "
+            f"{run['apiserver_requests_per_s_all_clients']:.0f}, {run['promql_queries_per_s']:.1f}",
+            "operator_scale.md"))
+    return rows
+
+
 def _name(strategy: str) -> str:
     return {"tpe": "Optuna TPE"}.get(strategy, strategy)
 
@@ -198,9 +214,10 @@ def machines(results: list[Result]) -> str:
 def benchmarks_block(results: Path) -> str:
     engine, server, spec, quant = (load(results, n) for n in ("engine", "server", "speculative", "quant"))
     tuner, validation = load(results, "tuner"), load(results, "simulator_validation")
+    scale = load(results, "operator_scale")
     rows = [*engine_rows(engine), server_row(server), *speculative_rows(spec), *quant_rows(quant), *tuner_rows(tuner),
-            simulator_row(validation)]
-    where = machines([engine, server, spec, quant, tuner, validation])
+            simulator_row(validation), *operator_scale_rows(scale)]
+    where = machines([engine, server, spec, quant, tuner, validation, scale])
     return _block([f"Measured on the {where} development machine while other work shared it: read the ratios, "
                    "each measured side by side in one run.", "", "| what | result | file |", "|---|---|---|", *rows])
 

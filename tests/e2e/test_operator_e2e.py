@@ -93,28 +93,6 @@ def namespace(kube) -> Iterator[str]:
         yield name
 
 
-@pytest.fixture
-def model_cache(tmp_path_factory, monkeypatch) -> Path:
-    from gpu_runtime.checkpoint import build_checkpoint
-
-    cache = tmp_path_factory.mktemp("models")
-    build_checkpoint(cache / "tiny", preset="tiny")  # what builtin://tiny resolves to, built once up front
-    monkeypatch.setenv("SLOTUNE_MODEL_CACHE", str(cache))
-    return cache
-
-
-def live_configs(kubelet: KubeletStandIn) -> dict[str, dict[str, int]]:
-    """The batching knobs each serving pod answers GET /admin/config with."""
-    token = kubelet._token()
-    found = {}
-    for name, pod in list(kubelet.pods.items()):
-        if pod.registered:
-            answer = httpx.get(f"{pod.process.url}/admin/config", headers={"Authorization": f"Bearer {token}"},
-                               timeout=30).json()
-            found[name] = {k: answer[k] for k in ("max_num_seqs", "max_num_batched_tokens")}
-    return found
-
-
 def status_of(kube, namespace: str) -> dict[str, Any]:
     return (get(kube, "tunedmodel", "slow", namespace) or {}).get("status") or {}
 
@@ -145,7 +123,8 @@ def test_poor_config_converges_to_its_slo_across_an_operator_restart(kube, names
                  describe=describe)
         operator.stop()  # nothing changes after this: the status and the pods can be compared
         final = status_of(kube, namespace)
-        live = live_configs(kubelet)
+        live = {pod: {k: config[k] for k in ('max_num_seqs', 'max_num_batched_tokens')}
+                for pod, config in kubelet.live_configs().items()}
     finally:
         load.stop()
         operator.stop()

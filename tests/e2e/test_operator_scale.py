@@ -12,31 +12,15 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from tests.e2e.harness.kube import install_tunedmodel_crd, items, scratch_namespace, wait_for_progress
 from tests.e2e.harness.operator import OperatorProcess
-from tests.harness.fleet import FleetExporter
+from tests.harness.fleet import FleetExporter, fleet_tunedmodel
 
 NUM_TUNEDMODELS = max(40, 3 * min(32, (os.cpu_count() or 1) + 4))  # 3x kopf's default thread pool, at least
 STALL_S = 120  # no TunedModel made progress for this long: the operator is stuck, not slow
-
-
-def tunedmodel(name: str, namespace: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "slotune.io/v1alpha1", "kind": "TunedModel",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "model": {"name": "fleet", "source": "hf://org/fleet-8b"},
-            "hardware": {"accelerator": "cpu", "count": 0},
-            "slo": {"ttft": {"p99": 500}, "tpot": {"p99": 50}},
-            "replicas": 1,
-            "tuning": {"windowSeconds": 5, "minSamples": 10, "warmupSeconds": 0, "cooldownSeconds": 0,
-                       "hotReconfigure": False},
-        },
-    }
 
 
 @pytest.fixture
@@ -65,7 +49,7 @@ def test_three_thread_pools_of_tunedmodels_all_deploy_and_measure(kube, namespac
 
     try:
         with operator:
-            manifest = {"apiVersion": "v1", "kind": "List", "items": [tunedmodel(n, namespace) for n in names]}
+            manifest = {"apiVersion": "v1", "kind": "List", "items": [fleet_tunedmodel(n, namespace, 5) for n in names]}
             kube.kubectl("apply", "-f", "-", input=json.dumps(manifest))
             wait_for_progress(deployed, len(names), STALL_S, "Deployments created", describe=describe)
             wait_for_progress(measured, len(names), STALL_S, "TunedModels with a measured window",

@@ -1,6 +1,6 @@
 """The invariant the status relies on, on real runtime pods: after every transition the loop makes (apply, keep, roll
-back, keep, new spec generation, operator restart, pod restart) every ready pod answers `GET /admin/config` with
-exactly the config the loop calls running.
+back, keep, new spec generation, right-sizing, pod restart, operator restart) every ready pod answers
+`GET /admin/config` with exactly the config the loop calls running.
 
 The test plays the loop's part (it tells the operator's Kubernetes backend which config is running, as the Tuner
 does) and reads each pod back itself. The backend, the control plane, the Deployment controller and the runtime
@@ -14,7 +14,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from slotune.api import parse_tunedmodel
@@ -52,16 +51,6 @@ def namespace(kube) -> Iterator[str]:
         yield name
 
 
-@pytest.fixture
-def model_cache(tmp_path_factory, monkeypatch):
-    from gpu_runtime.checkpoint import build_checkpoint
-
-    cache = tmp_path_factory.mktemp("models")
-    build_checkpoint(cache / "tiny", preset="tiny")
-    monkeypatch.setenv("SLOTUNE_MODEL_CACHE", str(cache))
-    return cache
-
-
 def settle(backend: KubernetesBackend, config: RuntimeConfig) -> ApplyResult:
     """Ask as the operator's ticks would, until the backend's answer is not 'in progress'. The backend itself ends
     the wait (done, hopeless, or its own rollout and admin-connect deadlines), so no clock of the test's decides."""
@@ -70,16 +59,8 @@ def settle(backend: KubernetesBackend, config: RuntimeConfig) -> ApplyResult:
     return result
 
 
-def live_configs(kubelet: KubeletStandIn) -> dict[str, int]:
-    """Each serving pod's max_num_seqs, as the pod itself answers."""
-    token = kubelet._token()
-    found = {}
-    for name, pod in list(kubelet.pods.items()):
-        if pod.registered:
-            answer = httpx.get(f"{pod.process.url}/admin/config", headers={"Authorization": f"Bearer {token}"},
-                               timeout=30)
-            found[name] = answer.json()["max_num_seqs"]
-    return found
+def seqs(kubelet: KubeletStandIn) -> dict[str, int]:
+    return {pod: config["max_num_seqs"] for pod, config in kubelet.live_configs().items()}
 
 
 def test_every_ready_pod_runs_what_the_loop_calls_running(kube, namespace, prometheus, model_cache,
@@ -94,9 +75,9 @@ def test_every_ready_pod_runs_what_the_loop_calls_running(kube, namespace, prome
     def check(backend: KubernetesBackend, config: RuntimeConfig, step: str) -> None:
         result = settle(backend, config)
         assert result.ok, f"{step}: {result.reason}\nkubelet errors: {kubelet.errors}"
-        wait_for(lambda: len(live_configs(kubelet)) == config.replicas, 120, f"{step}: every pod serving",
+        wait_for(lambda: len(seqs(kubelet)) == config.replicas, 120, f"{step}: every pod serving",
                  describe=lambda: f"{kubelet.errors}")
-        assert live_configs(kubelet) == dict.fromkeys(kubelet.pods, config.max_num_seqs), step
+        assert seqs(kubelet) == dict.fromkeys(kubelet.pods, config.max_num_seqs), step
 
     try:
         apply(kube, tunedmodel(namespace, max_num_seqs=16))
@@ -122,6 +103,8 @@ def test_every_ready_pod_runs_what_the_loop_calls_running(kube, namespace, prome
 
         live = tm.spec.initial_config().with_changes(max_num_seqs=48)
         check(backend, live, "a live change")
+        check(backend, live.with_changes(replicas=3), "right-sizing up: the new pod starts from the template")
+        check(backend, live, "right-sizing down")
         victim = sorted(kubelet.pods)[0]
         kube.kubectl("delete", "pod", victim, "-n", namespace, "--wait=false")  # comes back with the template's 16
         wait_for(lambda: victim not in kubelet.pods and len(kubelet.urls()) == 2, 120, "the replacement pod serving",

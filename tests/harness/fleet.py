@@ -13,11 +13,29 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tests.harness.prometheus import Target
 from tests.unit.metrics_fake_vllm import FakeVllm
+
+
+def fleet_tunedmodel(name: str, namespace: str, window_s: float) -> dict[str, Any]:
+    """A member of the fleet: CPU pods (kwok needs no GPUs for them), hotReconfigure off (kwok's pods run nothing to
+    read back; they run their Deployment's arguments), targets the exporter's latencies always meet."""
+    return {
+        "apiVersion": "slotune.io/v1alpha1", "kind": "TunedModel",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "model": {"name": "fleet", "source": "hf://org/fleet-8b"},
+            "hardware": {"accelerator": "cpu", "count": 0},
+            "slo": {"ttft": {"p99": 500}, "tpot": {"p99": 50}},
+            "replicas": 1,
+            "tuning": {"windowSeconds": window_s, "minSamples": 10, "warmupSeconds": 0, "cooldownSeconds": 0,
+                       "hotReconfigure": False},
+        },
+    }
 
 
 @dataclass(frozen=True)

@@ -131,3 +131,6 @@ def test_benchmark_defaults_are_the_parameters_of_the_committed_results() -> Non
         assert {flag: defaults.get(flag) for flag in parameters} == parameters, script
     runs = {len(case["ttft_p50"]["measured_runs_ms"]) for case in validation["cases"]}
     assert runs == {_constant(ROOT / "bench/validate_simulator.py", "REPEATS")}
+    scale, script = _result("operator_scale"), ROOT / "bench/bench_operator_scale.py"
+    assert tuple(scale["counts"]) == _constant(script, "COUNTS")
+    assert scale["window_s"] == _constant(script, "WINDOW_S")

@@ -73,6 +73,12 @@ class KubeletStandIn:
     def urls(self) -> list[str]:
         return [p.process.url for p in self.pods.values() if p.registered]
 
+    def live_configs(self) -> dict[str, dict[str, Any]]:
+        """What each serving pod's runtime answers to GET /admin/config: the knobs it runs, read from the pod."""
+        headers = {"Authorization": f"Bearer {self._token()}"}
+        return {name: httpx.get(f"{pod.process.url}/admin/config", headers=headers, timeout=30).json()
+                for name, pod in list(self.pods.items()) if pod.registered}
+
     def _run(self) -> None:
         while not self._stop.wait(0.5):
             try:

@@ -70,8 +70,20 @@ def check_cases(kube, cases: tuple[PolicyCase, ...], namespace: str) -> None:
 
 def test_the_api_server_refuses_what_the_policy_forbids(kube, helm_binary, namespace) -> None:
     objects = policy_objects(helm_binary)
+    older = PolicyCase("older", {"image": "evil.example.com/cryptominer:latest"}, "image")
+    apply(kube, manifest(older, namespace))  # written before the policy was installed
     try:
         install(kube, objects, namespace, EVIL)
+        # A TunedModel older than the policy still takes metadata patches (the operator's finalizer on deletion) ...
+        kube.kubectl("label", "tunedmodel", older.name, "-n", namespace, "team=a")
+        kube.kubectl("patch", "tunedmodel", older.name, "-n", namespace, "--type=merge",
+                     "-p", '{"metadata":{"finalizers":["slotune.io/finalizer"]}}')
+        kube.kubectl("patch", "tunedmodel", older.name, "-n", namespace, "--type=merge",
+                     "-p", '{"metadata":{"finalizers":null}}')
+        # ... but not a spec that still breaks the policy.
+        edited = kube.kubectl("patch", "tunedmodel", older.name, "-n", namespace, "--type=merge",
+                              "-p", '{"spec":{"replicas":2}}', check=False)
+        assert edited.returncode != 0 and message(older) in edited.stderr, edited.stderr
         check_cases(kube, DEFAULT_POLICY_CASES, namespace)
         strict = policy_objects(helm_binary, "--set", "runtimePolicy.allowExtraArgs=false",
                                 "--set", "runtimePolicy.allowRemoteCode=true")

@@ -7,7 +7,7 @@ time, prefix-cache hits, batch occupancy, KV usage, preemptions. One snapshot ca
 
 A window starts only after `tuning.warmupSeconds` have passed since the replicas last changed (a start, restart or
 live reconfiguration): the first requests after a change run on cold caches and allocators and are several times
-slower (docs/facts.md#knob-flags), so the warm-up drives the same workload and throws its measurements away.
+slower (docs/facts.md#flags), so the warm-up drives the same workload and throws its measurements away.
 """
 
 from __future__ import annotations

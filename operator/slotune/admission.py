@@ -43,6 +43,7 @@ OPERATOR_FLAGS: tuple[str, ...] = (
 )
 REMOTE_CODE_FLAGS: tuple[str, ...] = ("--trust-remote-code",)
 MIN_ABBREVIATION = 3  # argparse accepts any unambiguous prefix of a long flag ("--po" for "--port")
+REFUSED = "refused by the runtime policy"  # how every refusal the operator reports begins (status reads it back)
 
 
 @dataclass(frozen=True)

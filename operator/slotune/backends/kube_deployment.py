@@ -67,7 +67,7 @@ class PolicyRefused(ChildRefused):
     reason = "PolicyRefused"
 
     def __init__(self, message: str) -> None:
-        Exception.__init__(self, f"refused by the runtime policy: {message}")
+        Exception.__init__(self, f"{admission.REFUSED}: {message}")
         self.kind = "TunedModel"
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from slotune.admission import REFUSED
 from slotune.api import Condition, ConditionStatus, ConditionType, Phase, TunedModel
 from slotune.backends.kube_api import KubeAPI, object_path
 from slotune.backends.kube_deployment import rollout_state
@@ -105,7 +106,7 @@ def wanted_conditions(state: TuningState, health: Health) -> list[tuple[Conditio
 def _degraded_reason(state: TuningState) -> str:
     if state.phase is not Phase.DEGRADED:
         return "Healthy"
-    return "PolicyRefused" if "refused by the runtime policy" in state.message else "ChangeFailed"
+    return "PolicyRefused" if REFUSED in state.message else "ChangeFailed"
 
 
 def _slo_message(state: TuningState) -> str:

@@ -7,6 +7,11 @@ structural schema leaves open, `x-kubernetes-preserve-unknown-fields`), keyed by
 for, so a restarted operator resumes where the last one stopped and a changed spec starts over. The store is the
 only writer of that state, so it reads it from the API server once and answers later loads from memory: a tick
 that has nothing to do costs no request.
+
+What a person reads is held to their terms: each condition's status, reason and message say the same thing (Ready is
+the pods being ready, `readiness`; `refresh` rewrites the conditions when that changes between two saves),
+MetricsAvailable is Unknown until a window was measured, numbers are rounded (`kubectl get tm` prints 7400, not
+7399.999999999999), and messages relayed from Kubernetes lose the sentences they repeat (`readable`).
 """
 
 from __future__ import annotations

@@ -38,7 +38,8 @@ class Trace:
 
     def note(self, state: TuningState) -> None:
         if state.phase is Phase.INFEASIBLE and self.changes_to_infeasible is None:
-            self.changes_to_infeasible = len(self.applied)
+            best_effort = state.pending is not None and state.pending.applied  # made in the same step, after
+            self.changes_to_infeasible = len(self.applied) - best_effort
 
 
 @dataclass

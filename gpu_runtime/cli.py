@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from gpu_runtime.config import KV_CACHE_DTYPES, QUANTIZATIONS
+from gpu_runtime.metrics import ExtraEdges
 from gpu_runtime.speculative.config import SpeculativeSettings, parse_speculative_config
 
 ADMIN_TOKEN_ENV = "SLOTUNE_ADMIN_TOKEN"
@@ -53,6 +54,8 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     server.add_argument("--max-waiting-requests", type=int, default=1024, help="beyond this many queued: 429")
     server.add_argument("--admin-token-file", type=Path, default=None,
                         help=f"bearer token for /admin/config (else env {ADMIN_TOKEN_ENV}; neither: admin disabled)")
+    server.add_argument("--slo-bucket-edges", type=_bucket_edges, default=ExtraEdges(), metavar="ttft=S,tpot=S,e2e=S",
+                        help="extra histogram edges (seconds) at the SLO targets, so attainment is an exact count")
     server.add_argument("--num-threads", type=int, default=None, help="torch intra-op threads")
     server.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
 
@@ -63,6 +66,13 @@ def _speculative(text: str) -> SpeculativeSettings | None:
         return parse_speculative_config(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(f"invalid --speculative-config: {error}") from error
+
+
+def _bucket_edges(text: str) -> ExtraEdges:
+    try:
+        return ExtraEdges.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"invalid --slo-bucket-edges: {error}") from error
 
 
 def admin_token(args: argparse.Namespace) -> str | None:

@@ -44,6 +44,35 @@ def one_two_five_buckets(max_value: int) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
+class ExtraEdges:
+    """Bucket edges (seconds) added to vLLM's own, at the SLO targets the operator passes (--slo-bucket-edges), so
+    the fraction of requests within a target is a bucket count instead of an interpolation inside a wide bucket.
+    The standard edges all stay: dashboards and `histogram_quantile` read the histograms as before."""
+
+    ttft_s: tuple[float, ...] = ()
+    itl_s: tuple[float, ...] = ()  # inter-token latency and time per output token
+    e2e_s: tuple[float, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> ExtraEdges:
+        """`ttft=0.5,tpot=0.05,e2e=2` (seconds; a metric may repeat); raises ValueError on anything else."""
+        found: dict[str, list[float]] = {"ttft": [], "tpot": [], "e2e": []}
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            metric, _, value = item.partition("=")
+            if metric not in found:
+                raise ValueError(f"unknown metric {metric!r} in {item!r}: use ttft, tpot or e2e")
+            edge = float(value)
+            if not 0 < edge < float("inf"):
+                raise ValueError(f"bucket edge {item!r} must be a positive number of seconds")
+            found[metric].append(edge)
+        return cls(tuple(found["ttft"]), tuple(found["tpot"]), tuple(found["e2e"]))
+
+
+def with_edges(standard: tuple[float, ...], extra: tuple[float, ...]) -> tuple[float, ...]:
+    return tuple(sorted(set(standard) | set(extra)))
+
+
+@dataclass(frozen=True)
 class ConfigInfo:
     """The live configuration shown as `vllm:cache_config_info` labels (all strings, as labels are)."""
 
@@ -119,10 +148,11 @@ class _StatsCollector(Collector):
 class RuntimeMetrics:
     """Owns the registry; the engine worker feeds it outputs, the HTTP layer renders it."""
 
-    def __init__(self, model_name: str, max_model_len: int) -> None:
+    def __init__(self, model_name: str, max_model_len: int, extra_edges: ExtraEdges | None = None) -> None:
         disable_created_metrics()  # process-wide; vLLM does the same, dashboards never read *_created series
         self.registry = CollectorRegistry()
         self._model_name = model_name
+        self._edges = extra_edges or ExtraEdges()
         self._last_event_s: dict[str, float] = {}  # request id -> time of its latest token (worker thread only)
         self._stats: EngineStats | None = None
         self._config: ConfigInfo | None = None
@@ -131,17 +161,20 @@ class RuntimeMetrics:
 
     def _declare(self, max_model_len: int) -> None:
         reg, name = self.registry, self._model_name
+        edges = self._edges
+        ttft_s, itl_s = with_edges(TTFT_BUCKETS_S, edges.ttft_s), with_edges(ITL_BUCKETS_S, edges.itl_s)
         self.ttft = _request_histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token.",
-                                       TTFT_BUCKETS_S, reg).labels(name)
+                                       ttft_s, reg).labels(name)
         self.itl = _request_histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency.",
-                                      ITL_BUCKETS_S, reg).labels(name)
+                                      itl_s, reg).labels(name)
         self.tpot = _request_histogram("vllm:request_time_per_output_token_seconds",
-                                       "Histogram of time_per_output_token_seconds per request.", ITL_BUCKETS_S,
+                                       "Histogram of time_per_output_token_seconds per request.", itl_s,
                                        reg).labels(name)
-        self.e2e, self.queue, self.prefill, self.decode, self.inference = (
+        self.e2e = _request_histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in "
+                                      "seconds.", with_edges(REQLAT_BUCKETS_S, edges.e2e_s), reg).labels(name)
+        self.queue, self.prefill, self.decode, self.inference = (
             _request_histogram(f"vllm:{metric}_seconds", doc, REQLAT_BUCKETS_S, reg).labels(name)
-            for metric, doc in (("e2e_request_latency", "Histogram of e2e request latency in seconds."),
-                                ("request_queue_time", "Histogram of time spent in WAITING phase for request."),
+            for metric, doc in (("request_queue_time", "Histogram of time spent in WAITING phase for request."),
                                 ("request_prefill_time", "Histogram of time spent in PREFILL phase for request."),
                                 ("request_decode_time", "Histogram of time spent in DECODE phase for request."),
                                 ("request_inference_time", "Histogram of time spent in RUNNING phase for request.")))

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException
 
-from gpu_runtime.metrics import ConfigInfo, RuntimeMetrics
+from gpu_runtime.metrics import ConfigInfo, ExtraEdges, RuntimeMetrics
 from gpu_runtime.server.admin import AdminState, build_admin_router
 from gpu_runtime.server.async_engine import AsyncEngine
 from gpu_runtime.server.chat import ChatTemplate
@@ -42,12 +42,13 @@ class ServerSettings:
     admin_token: str | None = None
     kv_cache_dtype: str = "auto"
     gpu_memory_utilization: float = 0.9
+    extra_edges: ExtraEdges | None = None  # histogram edges at the SLO targets (--slo-bucket-edges)
 
 
 def build_app(engine: LLMEngine, settings: ServerSettings) -> FastAPI:
     """An app serving `engine` (an LLMEngine); its worker thread runs for the app's lifespan."""
     max_model_len = engine.max_model_len
-    metrics = RuntimeMetrics(settings.served_model_name, max_model_len)
+    metrics = RuntimeMetrics(settings.served_model_name, max_model_len, settings.extra_edges)
     admin_state = AdminState(settings.admin_token)
 
     def publish_config(llm: LLMEngine) -> None:

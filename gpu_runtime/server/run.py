@@ -45,7 +45,7 @@ def serve(args: argparse.Namespace, admin_token: str | None) -> int:
     settings = ServerSettings(
         served_model_name=args.served_model_name or Path(args.model).resolve().name,
         max_waiting_requests=args.max_waiting_requests, admin_token=admin_token, kv_cache_dtype=args.kv_cache_dtype,
-        gpu_memory_utilization=args.gpu_memory_utilization)
+        gpu_memory_utilization=args.gpu_memory_utilization, extra_edges=args.slo_bucket_edges)
     app = build_app(engine, settings)
     if admin_token is None:
         log.warning("no admin token (--admin-token-file or SLOTUNE_ADMIN_TOKEN): /admin/config is disabled")

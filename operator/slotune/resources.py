@@ -17,6 +17,7 @@ from typing import Any
 from slotune.api import API_VERSION, KIND, Accelerator, TunedModel
 from slotune.knobs import Engine, RuntimeConfig
 from slotune.settings import OperatorSettings
+from slotune.slo import SLOSpec
 
 RUNTIME_PORT = 8000
 ADMIN_TOKEN_DIR = "/var/run/slotune"
@@ -158,7 +159,16 @@ def engine_args(tm: TunedModel, config: RuntimeConfig) -> list[str]:
     args = ["--model", model, *common, "--admin-token-file", ADMIN_TOKEN_FILE]
     if spec.hardware.accelerator is Accelerator.CPU:
         args += ["--device", "cpu"]
+    if edges := slo_bucket_edges(spec.slo):
+        args.append(f"--slo-bucket-edges={edges}")
     return [*args, *_engine_config(config).engine_args(), *spec.runtime.extra_args]
+
+
+def slo_bucket_edges(slo: SLOSpec) -> str:
+    """The builtin runtime's extra histogram edges at every latency target (seconds), so the share of requests
+    within a target is a bucket count, not an interpolation inside one of vLLM's wide buckets."""
+    edges = dict.fromkeys(f"{t.metric.value}={t.target_ms / 1000:g}" for t in slo.targets())
+    return ",".join(edges)
 
 
 def _command(tm: TunedModel) -> list[str]:

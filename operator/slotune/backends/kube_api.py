@@ -9,6 +9,7 @@ admin Secret (409 = it exists), JSON merge patches for status and scaling.
 from __future__ import annotations
 
 import ssl
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +88,7 @@ class KubeAPI:
         self.credentials = credentials
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         self._http = httpx.Client(base_url=credentials.host, verify=credentials.tls, timeout=timeout_s, limits=limits)
+        self._served: dict[tuple[str, str], tuple[bool, float]] = {}  # (group/version, plural) -> (served, when)
 
     @classmethod
     def from_environment(cls, kubeconfig: str | None = None, max_connections: int = 10) -> KubeAPI:
@@ -142,11 +144,17 @@ class KubeAPI:
         return self._checked(self.request("POST", path, body=body))
 
     def has_resource(self, group_version: str, plural: str) -> bool:
-        """Whether the API server serves `plural` in `group_version` (e.g. a CRD is installed)."""
+        """Whether the API server serves `plural` in `group_version` (e.g. a CRD is installed). Asked once a
+        minute at most: every deploy asks, and the answer changes only when someone installs a CRD."""
+        key, now = (group_version, plural), time.monotonic()
+        known = self._served.get(key)
+        if known is not None and now - known[1] < 60.0:
+            return known[0]
         response = self.request("GET", f"/apis/{group_version}")
-        if response.status_code == 404:
-            return False
-        return any(r.get("name") == plural for r in self._checked(response).get("resources", []))
+        found = response.status_code != 404 and any(
+            r.get("name") == plural for r in self._checked(response).get("resources", []))
+        self._served[key] = (found, now)
+        return found
 
 
 def _is_json(response: httpx.Response) -> bool:

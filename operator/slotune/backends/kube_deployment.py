@@ -110,7 +110,6 @@ class KubernetesBackend:
         self._record = record or (lambda reason, message, warning: None)
         self._clock = clock
         self._waiting_since: dict[str, float] = {}  # what -> when first seen not there yet (rollout, pod address)
-        self._has_service_monitor: bool | None = None
 
     # --- children -------------------------------------------------------------------------------------------
     def deploy(self, config: RuntimeConfig) -> None:
@@ -121,7 +120,7 @@ class KubernetesBackend:
             raise PolicyRefused(refused)
         self._child("Secret", lambda: self.api.create(build_secret(self.tm, new_token())))
         self._child("Service", lambda: self.api.apply(build_service(self.tm)))
-        if self._service_monitors():
+        if self.api.has_resource("monitoring.coreos.com/v1", "servicemonitors"):
             self._child("ServiceMonitor", lambda: self.api.apply(build_service_monitor(self.tm)))
         token_uid = ((self._secret() or {}).get("metadata") or {}).get("uid", "")
         self._child("Deployment", lambda: self.api.apply(build_deployment(self.tm, config, self.settings, token_uid)))
@@ -149,11 +148,6 @@ class KubernetesBackend:
             if error.status_code in (400, 422):
                 raise ChildRefused(kind, error) from error
             raise
-
-    def _service_monitors(self) -> bool:
-        if self._has_service_monitor is None:
-            self._has_service_monitor = self.api.has_resource("monitoring.coreos.com/v1", "servicemonitors")
-        return self._has_service_monitor
 
     def deployment(self) -> dict[str, Any] | None:
         return self.api.get(object_path("Deployment", self.namespace, self.names.deployment))

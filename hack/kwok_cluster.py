@@ -190,13 +190,14 @@ class Cluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.reap_orphans()
         if self.exists():
-            held = self.owner()
-            if owner.pid is None and held is not None and held.pid is None and self._serving():
+            held, serving = self.owner(), self._serving()
+            persistent = owner.pid is None and held is not None and held.pid is None
+            if persistent and serving:
                 return False  # `make cluster` twice: the same persistent cluster, untouched
-            if held is not None or self._serving():
+            if not persistent and (serving or held is not None):
                 who = "persistent (make clean-cluster)" if held is None or held.pid is None else f"pid {held.pid}"
                 raise ClusterInUse(f"cluster {self.name} in {self.workdir} is in use ({who}); pick another name")
-            self.down()  # the remains of a cluster nobody owns and nothing serves: safe to clear
+            self.down()  # remains nobody uses: a persistent cluster that stopped (a reboot), or an unowned dead one
         owners_dir(self.workdir).mkdir(parents=True, exist_ok=True)
         # Recorded before creating, so a session killed while the cluster starts still leaves a reapable record.
         self.owner_file.write_text(json.dumps({"pid": owner.pid, "start_ticks": owner.start_ticks}))

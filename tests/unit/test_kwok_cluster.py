@@ -58,3 +58,17 @@ def test_a_dead_owners_record_is_reaped(tmp_path: Path) -> None:
     record(tmp_path, "live", Owner.this_process())
     assert Cluster("next", tmp_path, bin_dir=tmp_path / "no-binaries").reap_orphans() == ["killed-session"]
     assert list(kwok_cluster.read_owners(tmp_path)) == ["live"]
+
+
+def test_a_persistent_cluster_that_stopped_is_recreated_not_refused(tmp_path: Path) -> None:
+    # make cluster after a reboot: the record says persistent, nothing serves. up clears it and goes on to create,
+    # which needs the binaries this test does not have.
+    record(tmp_path, "slotune", Owner(None))
+    with pytest.raises(FileNotFoundError):
+        Cluster("slotune", tmp_path, bin_dir=tmp_path / "no-binaries").up(Owner(None))
+
+
+def test_a_test_session_never_takes_over_a_persistent_cluster(tmp_path: Path) -> None:
+    record(tmp_path, "slotune", Owner(None))
+    with pytest.raises(ClusterInUse, match="persistent"):
+        Cluster("slotune", tmp_path, bin_dir=tmp_path / "no-binaries").up()

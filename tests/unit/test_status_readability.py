@@ -96,7 +96,8 @@ def test_too_few_requests_before_any_window_is_not_a_loss_of_metrics() -> None:
     from slotune.metrics.window import UnavailableReason
 
     start = TuningState.initial(RuntimeConfig()).evolve(phase=Phase.MEASURING)
-    quiet = start.evolve(metrics_available=False, message="too-few-samples: 9 requests finished in 6 s, need 10")
+    quiet = start.evolve(metrics_available=False, message="metrics unavailable, keeping the current config: "
+                         "too-few-samples: 9 requests finished in 6 s, need 10")
     health = Health(ready=True, metrics_reason=UnavailableReason.TOO_FEW_SAMPLES)
     metrics = by_type(quiet, health)[ConditionType.METRICS_AVAILABLE]
     assert (metrics.status, metrics.reason) == (ConditionStatus.UNKNOWN, "TooFewSamples")
@@ -105,3 +106,11 @@ def test_too_few_requests_before_any_window_is_not_a_loss_of_metrics() -> None:
     lost = measured.evolve(metrics_available=False, message="Prometheus down")
     assert by_type(lost, health)[ConditionType.METRICS_AVAILABLE].status is ConditionStatus.FALSE
     assert ("MetricsUnavailable", "Prometheus down", True) in transition_events(measured, lost)
+
+
+def test_prometheus_down_from_the_start_is_a_loss_of_metrics() -> None:
+    from slotune.controller.events import transition_events
+
+    start = TuningState.initial(RuntimeConfig()).evolve(phase=Phase.MEASURING)
+    blind = start.evolve(metrics_available=False, message="metrics unavailable: unreachable: connection refused")
+    assert "MetricsUnavailable" in [r for r, _, _ in transition_events(start, blind)]

@@ -16,6 +16,7 @@ from slotune.api import API_VERSION, KIND, Phase, TunedModel, Verdict
 from slotune.backends.kube_api import KubeAPI, KubeError, object_path
 from slotune.controller.status import readable
 from slotune.loop.state import HistoryRecord, TuningState
+from slotune.metrics.window import UnavailableReason
 
 log = logging.getLogger(__name__)
 COMPONENT = "slotune-operator"
@@ -51,11 +52,17 @@ def transition_events(before: TuningState | None, after: TuningState) -> list[tu
         reason = _PHASE_REASONS.get(after.phase, after.phase.value)
         warning = after.phase in (Phase.DEGRADED, Phase.INFEASIBLE)
         found.append((reason, f"phase {after.phase.value}: {after.message}", warning))
-    # Lost after a window was measured; before any, no metrics is the start, said by the MetricsAvailable condition.
-    measured = before is not None and (before.observed is not None or bool(before.history))
-    if measured and before.metrics_available and not after.metrics_available:
+    if before is not None and before.metrics_available and not after.metrics_available \
+            and not _quiet_start(before, after):
         found.append(("MetricsUnavailable", after.message, True))
     return found
+
+
+def _quiet_start(before: TuningState, after: TuningState) -> bool:
+    """Too few requests before any window was measured: the normal start (no traffic yet), not a loss of metrics; the
+    MetricsAvailable condition says it (Unknown)."""
+    measured = before.observed is not None or bool(before.history)
+    return not measured and UnavailableReason.TOO_FEW_SAMPLES.value in after.message
 
 
 class EventRecorder:

@@ -59,18 +59,22 @@ def test_runtime_pods_are_admitted_under_restricted_and_selected_by_the_network_
     operator = OperatorProcess(kube.kubeconfig, tmp_path / "operator", {"SLOTUNE_PROMETHEUS_URL": ""})
     with operator:
         apply(kube, tunedmodel("locked", restricted, tuning={"mode": "off"}))
-        wait_for(lambda: get(kube, "deployment", "locked-runtime", restricted), 60, "the Deployment",
-                 describe=operator.log_tail)
-        kube.kubectl("rollout", "status", "deployment/locked-runtime", "-n", restricted, "--timeout=90s")
+        vllm = {"engine": "vllm", "config": {"maxNumSeqs": 32}}  # vLLM's pods add a memory-backed /dev/shm
+        apply(kube, tunedmodel("locked-vllm", restricted, runtime=vllm, replicas=1, tuning={"mode": "off"}))
+        for name in ("locked", "locked-vllm"):
+            wait_for(lambda n=name: get(kube, "deployment", f"{n}-runtime", restricted), 60, "the Deployment",
+                     describe=operator.log_tail)
+            kube.kubectl("rollout", "status", f"deployment/{name}-runtime", "-n", restricted, "--timeout=90s")
     events = json.loads(kube.kubectl("get", "events", "-n", restricted, "-o", "json").stdout)["items"]
     assert not [e["message"] for e in events if e["reason"] == "FailedCreate"]
-    pods = kube.kubectl("get", "pods", "-n", restricted, "-o", "name").stdout.split()
-    assert len(pods) == 2 and all(p.startswith("pod/locked-runtime-") for p in pods), pods
+    all_pods = kube.kubectl("get", "pods", "-n", restricted, "-o", "name").stdout.split()
+    pods = [p for p in all_pods if p.startswith("pod/locked-runtime-")]
+    assert len(pods) == 2 and len([p for p in all_pods if p.startswith("pod/locked-vllm-runtime-")]) == 1, all_pods
 
     objects = network_policy(helm_binary, restricted)
     policy, operator_pod = objects["NetworkPolicy"], objects["Deployment"]["spec"]["template"]
     apply(kube, policy)  # the API server accepts it as rendered
-    assert sorted(selected(kube, restricted, policy["spec"]["podSelector"]["matchLabels"])) == sorted(pods)
+    assert sorted(selected(kube, restricted, policy["spec"]["podSelector"]["matchLabels"])) == sorted(all_pods)
     (operator_peer,) = policy["spec"]["ingress"][0]["from"]
     assert operator_peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": SYSTEM_NAMESPACE}
     assert operator_peer["podSelector"]["matchLabels"].items() <= operator_pod["metadata"]["labels"].items()

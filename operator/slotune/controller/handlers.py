@@ -5,10 +5,12 @@ returns nothing (kopf would otherwise write return values into the status). Chil
 their owner references, so deletion needs no handler.
 
 Every handler is async and holds no thread: the blocking work (API requests, PromQL queries) of all TunedModels runs
-on one bounded pool (`settings.workers` threads), a short call at a time. The per-resource daemon sleeps on the event
-loop until its next tick has work (a window's end, a rollout to look at), so a thousand TunedModels cost a thousand
-sleeping coroutines, not a thousand threads, and deletion or SIGTERM stops them at once. A tick that raises is
-reported on the resource and retried with backoff; the status keeps the loop's state across operator restarts.
+on bounded pools, a short call at a time: the create/update/resume handlers on their own (`DEPLOY_WORKERS` threads),
+so a new TunedModel's children never queue behind a thousand ticks, and the ticks on `settings.workers` threads.
+The per-resource daemon sleeps on the event loop until its next tick has work (a window's end, a rollout to look
+at), so a thousand TunedModels cost a thousand sleeping coroutines, not a thousand threads, and deletion or SIGTERM
+stops them at once. A tick that raises is reported on the resource and retried with backoff; the status keeps the
+loop's state across operator restarts.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from slotune.settings import OperatorSettings, load_settings
 log = logging.getLogger(__name__)
 RESOURCE = (GROUP, VERSION, PLURAL)
 MAX_BACKOFF_S = 60.0
+DEPLOY_WORKERS = 4
 T = TypeVar("T")
 
 
@@ -56,8 +59,9 @@ def parse(body: Mapping[str, Any]) -> TunedModel:
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     memo.settings = load_settings()
-    memo.api = KubeAPI.from_environment(max_connections=memo.settings.workers)
-    memo.pool = ThreadPoolExecutor(max_workers=memo.settings.workers, thread_name_prefix="slotune")
+    memo.api = KubeAPI.from_environment(max_connections=memo.settings.workers + DEPLOY_WORKERS)
+    memo.pool = ThreadPoolExecutor(max_workers=memo.settings.workers, thread_name_prefix="slotune-tick")
+    memo.deploys = ThreadPoolExecutor(max_workers=DEPLOY_WORKERS, thread_name_prefix="slotune-deploy")
     memo.windows = SharedWindows()
     telemetry.serve(memo.settings.metrics_port)
     logging.getLogger("slotune").setLevel(memo.settings.log_level.upper())
@@ -70,12 +74,18 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
     memo.pool.shutdown(wait=False, cancel_futures=True)
+    memo.deploys.shutdown(wait=False, cancel_futures=True)
     memo.api.close()
 
 
 async def blocking(memo: kopf.Memo, call: Callable[..., T], *args: Any) -> T:
-    """Run one short blocking call (HTTP requests, no sleeps) on the operator's bounded pool."""
+    """Run one short blocking call (HTTP requests, no sleeps) on the ticks' bounded pool."""
     return await asyncio.get_running_loop().run_in_executor(memo.pool, call, *args)
+
+
+async def deploying(memo: kopf.Memo, call: Callable[..., T], *args: Any) -> T:
+    """The same, on the handlers' own pool."""
+    return await asyncio.get_running_loop().run_in_executor(memo.deploys, call, *args)
 
 
 @kopf.on.create(*RESOURCE)
@@ -95,16 +105,19 @@ async def resumed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 
 async def _deploy(memo: kopf.Memo, tm: TunedModel, restart_tuning: bool) -> None:
     try:
-        await blocking(memo, deploy, memo.api, tm, memo.settings, restart_tuning)
+        await deploying(memo, deploy, memo.api, tm, memo.settings, restart_tuning)
     except ChildRefused as error:
         # Retrying cannot help; the daemon's first step meets the same refusal and sets Degraded with it.
-        await blocking(memo, EventRecorder(memo.api, tm), error.reason, str(error), True)
+        await deploying(memo, EventRecorder(memo.api, tm), error.reason, str(error), True)
         raise kopf.PermanentError(str(error)) from error
     except Exception as error:
         raise kopf.TemporaryError(f"applying children failed: {type(error).__name__}: {error}", delay=5) from error
 
 
-@kopf.daemon(*RESOURCE, cancellation_timeout=1.0)
+# initial_delay: a new TunedModel's create handler deploys its children first; the daemon's first step then finds
+# them instead of applying them a second time. cancellation_timeout: a daemon waiting for a worker is cancelled at
+# once on delete (the tick it waited for still runs, and its result is dropped).
+@kopf.daemon(*RESOURCE, initial_delay=1.0, cancellation_timeout=0.1)
 async def tune(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any) -> None:
     settings: OperatorSettings = memo.settings
     run: TuningRun | None = None

@@ -290,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--counts", type=int, nargs="+", default=list(COUNTS))
     parser.add_argument("--window-s", type=float, default=WINDOW_S)
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # killed: still tear the cluster and processes down
     with tempfile.TemporaryDirectory(prefix="slotune-scale-") as tmp:
         workdir = Path(tmp)
         cluster = kwok_cluster.Cluster(f"slotune-scale-{os.getpid()}", workdir / "kwok", kwok_cluster.binaries())

@@ -51,6 +51,8 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     server = serve.add_argument_group("server")
     server.add_argument("--host", default="127.0.0.1")
     server.add_argument("--port", type=int, default=8000)
+    server.add_argument("--admin-port", type=int, default=None,
+                        help="serve /admin/config on this port only (default: beside the API on --port)")
     server.add_argument("--max-waiting-requests", type=int, default=1024, help="beyond this many queued: 429")
     server.add_argument("--admin-token-file", type=Path, default=None,
                         help=f"bearer token for /admin/config (else env {ADMIN_TOKEN_ENV}; neither: admin disabled)")

@@ -43,6 +43,7 @@ class ServerSettings:
     kv_cache_dtype: str = "auto"
     gpu_memory_utilization: float = 0.9
     extra_edges: ExtraEdges | None = None  # histogram edges at the SLO targets (--slo-bucket-edges)
+    admin_apart: bool = False  # /admin/config on an app of its own (--admin-port), not beside the API
 
 
 def build_app(engine: LLMEngine, settings: ServerSettings) -> FastAPI:
@@ -70,9 +71,13 @@ def build_app(engine: LLMEngine, settings: ServerSettings) -> FastAPI:
     model = ServedModel(settings.served_model_name, max_model_len, engine.model_config.vocab_size,
                         ChatTemplate.from_model(Path(engine.config.model)))
     app.include_router(build_openai_router(OpenAIHandlers(async_engine, model)))
-    app.include_router(build_admin_router(async_engine, admin_state))
     _add_probes(app, async_engine, metrics)
     _add_error_handlers(app)
+    admin = FastAPI(title="gpu_runtime admin") if settings.admin_apart else app
+    admin.include_router(build_admin_router(async_engine, admin_state))
+    if admin is not app:
+        _add_error_handlers(admin)
+        app.state.admin_app = admin  # served on its own port by run.serve, so a NetworkPolicy can fence it alone
     return app
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -45,11 +48,36 @@ def serve(args: argparse.Namespace, admin_token: str | None) -> int:
     settings = ServerSettings(
         served_model_name=args.served_model_name or Path(args.model).resolve().name,
         max_waiting_requests=args.max_waiting_requests, admin_token=admin_token, kv_cache_dtype=args.kv_cache_dtype,
-        gpu_memory_utilization=args.gpu_memory_utilization, extra_edges=args.slo_bucket_edges)
+        gpu_memory_utilization=args.gpu_memory_utilization, extra_edges=args.slo_bucket_edges,
+        admin_apart=args.admin_port is not None)
     app = build_app(engine, settings)
     if admin_token is None:
         log.warning("no admin token (--admin-token-file or SLOTUNE_ADMIN_TOKEN): /admin/config is disabled")
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-                            timeout_graceful_shutdown=5)
-    uvicorn.Server(config).run()
+    main = uvicorn.Server(_config(app, args, args.port))
+    if args.admin_port is None:
+        main.run()
+    else:
+        asyncio.run(_serve_both(main, _AdminServer(_config(app.state.admin_app, args, args.admin_port))))
     return 0
+
+
+def _config(app: object, args: argparse.Namespace, port: int) -> uvicorn.Config:
+    return uvicorn.Config(app, host=args.host, port=port, log_level=args.log_level, access_log=False,
+                          timeout_graceful_shutdown=5)
+
+
+class _AdminServer(uvicorn.Server):
+    """The admin port's server: the main server owns the signals and this one stops when it does."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def _serve_both(main: uvicorn.Server, admin: uvicorn.Server) -> None:
+    admin_task = asyncio.create_task(admin.serve())
+    try:
+        await main.serve()
+    finally:
+        admin.should_exit = True
+        await admin_task

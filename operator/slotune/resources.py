@@ -20,6 +20,7 @@ from slotune.settings import OperatorSettings
 from slotune.slo import SLOSpec
 
 RUNTIME_PORT = 8000
+ADMIN_PORT = 8001  # the builtin runtime's /admin/config alone (--admin-port), so a NetworkPolicy can fence it apart
 ADMIN_TOKEN_DIR = "/var/run/slotune"
 ADMIN_TOKEN_FILE = f"{ADMIN_TOKEN_DIR}/admin-token"
 CACHE_DIR = "/var/cache/slotune"
@@ -156,7 +157,7 @@ def engine_args(tm: TunedModel, config: RuntimeConfig) -> list[str]:
         if spec.model.revision:
             args.append(f"--revision={spec.model.revision}")  # =: a revision is a value, never a flag
         return [*args, *_engine_config(config).engine_args(), *spec.runtime.extra_args]
-    args = ["--model", model, *common, "--admin-token-file", ADMIN_TOKEN_FILE]
+    args = ["--model", model, *common, "--admin-port", str(ADMIN_PORT), "--admin-token-file", ADMIN_TOKEN_FILE]
     if spec.hardware.accelerator is Accelerator.CPU:
         args += ["--device", "cpu"]
     if edges := slo_bucket_edges(spec.slo):
@@ -169,6 +170,13 @@ def slo_bucket_edges(slo: SLOSpec) -> str:
     within a target is a bucket count, not an interpolation inside one of vLLM's wide buckets."""
     edges = dict.fromkeys(f"{t.metric.value}={t.target_ms / 1000:g}" for t in slo.targets())
     return ",".join(edges)
+
+
+def _container_ports(tm: TunedModel) -> list[dict[str, Any]]:
+    ports = [{"name": "http", "containerPort": RUNTIME_PORT, "protocol": "TCP"}]
+    if tm.spec.runtime.engine is Engine.BUILTIN:
+        ports.append({"name": "admin", "containerPort": ADMIN_PORT, "protocol": "TCP"})
+    return ports
 
 
 def _command(tm: TunedModel) -> list[str]:
@@ -245,7 +253,7 @@ def _container(tm: TunedModel, config: RuntimeConfig, settings: OperatorSettings
     ]
     container: dict[str, Any] = {
         "name": "runtime", "image": image(tm, settings), "command": _command(tm), "args": engine_args(tm, config),
-        "ports": [{"name": "http", "containerPort": RUNTIME_PORT, "protocol": "TCP"}], "env": env,
+        "ports": _container_ports(tm), "env": env,
         "startupProbe": _probe(period_s=5, failures=120),  # model load and first compile: up to 10 minutes
         "readinessProbe": _probe(period_s=5, failures=2),
         "livenessProbe": _probe(period_s=10, failures=3),

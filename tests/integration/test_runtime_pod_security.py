@@ -78,4 +78,6 @@ def test_runtime_pods_are_admitted_under_restricted_and_selected_by_the_network_
     (operator_peer,) = policy["spec"]["ingress"][0]["from"]
     assert operator_peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": SYSTEM_NAMESPACE}
     assert operator_peer["podSelector"]["matchLabels"].items() <= operator_pod["metadata"]["labels"].items()
-    assert {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]} == {8000}
+    operator_rule, *client_rules = policy["spec"]["ingress"]
+    assert {p["port"] for p in operator_rule["ports"]} == {8000, 8001}  # the API and /admin/config (--admin-port)
+    assert all({p["port"] for p in rule["ports"]} == {8000} for rule in client_rules)

@@ -1,9 +1,9 @@
 """The chart's NetworkPolicy: one per named namespace, selecting exactly the pods slotune.resources labels, admitting
-the operator's pods and the listed clients on the runtime port only."""
+the operator's pods to the API and admin ports, and the listed clients to the API port only (never /admin/config)."""
 
 from __future__ import annotations
 
-from slotune.resources import RUNTIME_PORT, labels
+from slotune.resources import ADMIN_PORT, RUNTIME_PORT, labels
 from tests.unit.test_chart_render import one, render
 
 
@@ -30,5 +30,6 @@ def test_selects_runtime_pods_and_admits_the_operator(helm_binary) -> None:
     assert operator_peer["from"][0]["namespaceSelector"]["matchLabels"] == {
         "kubernetes.io/metadata.name": "slotune-system"}
     assert clients["from"] == [{"namespaceSelector": {"matchLabels": {"team": "gateway"}}}]
-    assert {p["port"] for rule in policy["ingress"] for p in rule["ports"]} == {RUNTIME_PORT}
+    assert {p["port"] for p in operator_peer["ports"]} == {RUNTIME_PORT, ADMIN_PORT}
+    assert {p["port"] for p in clients["ports"]} == {RUNTIME_PORT}
     assert policy["policyTypes"] == ["Ingress"]

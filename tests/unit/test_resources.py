@@ -128,7 +128,9 @@ def test_runtime_runs_non_root_read_only_with_writable_scratch_and_the_token_mou
     assert "/var/run/slotune/" + secret_volume["secret"]["items"][0]["path"] == ADMIN_TOKEN_FILE
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert runtime[probe]["httpGet"] == {"path": "/health", "port": "http"}
-    assert runtime["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+    assert runtime["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"},
+                                {"name": "admin", "containerPort": 8001, "protocol": "TCP"}]  # --admin-port alone
+    assert flag_value(runtime["args"], "--admin-port") == "8001"
 
 
 def test_every_child_is_labelled_and_owned_by_the_tunedmodel() -> None:

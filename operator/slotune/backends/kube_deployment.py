@@ -31,7 +31,7 @@ from slotune.backends.kube_api import KubeAPI, KubeError, object_path
 from slotune.knobs import Engine, RuntimeConfig
 from slotune.loop.protocols import ApplyResult
 from slotune.resources import (
-    RUNTIME_PORT,
+    ADMIN_PORT,
     ChildNames,
     build_deployment,
     build_secret,
@@ -312,9 +312,9 @@ class KubernetesBackend:
             return httpx.request(method, f"{url.rstrip('/')}/admin/config", json=payload, headers=headers,
                                  timeout=ADMIN_TIMEOUT_S)
         if self.settings.admin_transport is AdminTransport.PROXY:
-            path = f"/api/v1/namespaces/{self.namespace}/pods/{name}:{RUNTIME_PORT}/proxy/admin/config"
+            path = f"/api/v1/namespaces/{self.namespace}/pods/{name}:{ADMIN_PORT}/proxy/admin/config"
             return self.api.request(method, path, body=payload, headers=headers)
-        url = f"http://{pod['status']['podIP']}:{RUNTIME_PORT}/admin/config"
+        url = f"http://{pod['status']['podIP']}:{ADMIN_PORT}/admin/config"
         return httpx.request(method, url, json=payload, headers=headers, timeout=ADMIN_TIMEOUT_S)
 
 

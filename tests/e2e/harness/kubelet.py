@@ -25,7 +25,8 @@ from kubernetes import client
 from slotune.backends.processes import LaunchSpec, RuntimeFailed, RuntimeProcess
 from tests.harness.prometheus import Prometheus, Target
 
-_REWRITTEN = frozenset({"--model", "--served-model-name", "--host", "--port", "--admin-token-file"})
+# --admin-port is dropped: the process serves /admin/config beside its API, at the URL the endpoints file lists.
+_REWRITTEN = frozenset({"--model", "--served-model-name", "--host", "--port", "--admin-port", "--admin-token-file"})
 
 
 @dataclass

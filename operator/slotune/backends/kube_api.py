@@ -126,15 +126,14 @@ class KubeAPI:
                                 params={"fieldManager": FIELD_MANAGER, "force": "true"})
         return self._checked(response)
 
-    def create(self, manifest: dict[str, Any]) -> bool:
-        """Create once; False when it already exists (409), which is not an error."""
+    def create(self, manifest: dict[str, Any]) -> dict[str, Any] | None:
+        """Create once: the object as created, or None when it already exists (409), which is not an error."""
         meta = manifest["metadata"]
         path = object_path(manifest["kind"], meta["namespace"])
         response = self.request("POST", path, body=manifest, params={"fieldManager": FIELD_MANAGER})
         if response.status_code == 409:
-            return False
-        self._checked(response)
-        return True
+            return None
+        return self._checked(response)
 
     def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         response = self.request("PATCH", path, body=body, content_type="application/merge-patch+json")

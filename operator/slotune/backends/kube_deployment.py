@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -43,6 +43,7 @@ from slotune.resources import (
 from slotune.settings import AdminTransport, OperatorSettings
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Waiting reasons of a container that will not get better by waiting (kubelet's names).
 _HOPELESS_WAITING = frozenset({"CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "InvalidImageName",
@@ -118,12 +119,14 @@ class KubernetesBackend:
         waiting will not make either valid."""
         if (refused := admission.refusal(self.tm.spec, admission.RuntimePolicy.of(self.settings))) is not None:
             raise PolicyRefused(refused)
-        self._child("Secret", lambda: self.api.create(build_secret(self.tm, new_token())))
+        # The Deployment right after the Secret whose uid it names: on a busy API server every request before it
+        # is create-to-Deployment latency. A new Secret comes back from the create; an existing one is read.
+        secret = self._child("Secret", lambda: self.api.create(build_secret(self.tm, new_token()))) or self._secret()
+        token_uid = ((secret or {}).get("metadata") or {}).get("uid", "")
+        self._child("Deployment", lambda: self.api.apply(build_deployment(self.tm, config, self.settings, token_uid)))
         self._child("Service", lambda: self.api.apply(build_service(self.tm)))
         if self.api.has_resource("monitoring.coreos.com/v1", "servicemonitors"):
             self._child("ServiceMonitor", lambda: self.api.apply(build_service_monitor(self.tm)))
-        token_uid = ((self._secret() or {}).get("metadata") or {}).get("uid", "")
-        self._child("Deployment", lambda: self.api.apply(build_deployment(self.tm, config, self.settings, token_uid)))
 
     def _secret(self) -> dict[str, Any] | None:
         return self.api.get(object_path("Secret", self.namespace, self.names.secret))
@@ -141,9 +144,9 @@ class KubernetesBackend:
                      "read it", False)
         return True
 
-    def _child(self, kind: str, call: Callable[[], object]) -> None:
+    def _child(self, kind: str, call: Callable[[], T]) -> T:
         try:
-            call()
+            return call()
         except KubeError as error:
             if error.status_code in (400, 422):
                 raise ChildRefused(kind, error) from error

@@ -36,7 +36,7 @@ from slotune.settings import OperatorSettings, load_settings
 log = logging.getLogger(__name__)
 RESOURCE = (GROUP, VERSION, PLURAL)
 MAX_BACKOFF_S = 60.0
-DEPLOY_WORKERS = 4
+DEPLOY_WORKERS = 8
 T = TypeVar("T")
 
 

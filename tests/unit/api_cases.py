@@ -46,3 +46,29 @@ def invalid_cases() -> list[InvalidCase]:
         cases.append(InvalidCase(row["name"], manifest, row["path"], row.get("python", row.get("message")),
                                  row.get("server", row.get("message"))))
     return cases
+
+
+@dataclass(frozen=True)
+class DegradedCase:
+    """A TunedModel the API server accepts that the operator must end `Degraded`, its message naming `path`."""
+
+    name: str
+    manifest: dict[str, Any]
+    path: str
+    message: str
+
+
+# kwok runs no containers, so no pod answers /admin/config: the operator must not wait on one to read back.
+KWOK_TUNING = {"spec": {"tuning": {"hotReconfigure": False, "windowSeconds": 5, "warmupSeconds": 0,
+                                   "cooldownSeconds": 0}}}
+
+
+def degraded_cases() -> list[DegradedCase]:
+    base = merge_patch(yaml.safe_load(BASE.read_text()), KWOK_TUNING)
+    rows = yaml.safe_load((Path(__file__).parent / "tunedmodel_degraded_cases.yaml").read_text())
+    cases = []
+    for row in rows:
+        manifest = merge_patch(base, row["patch"])
+        manifest["metadata"] = {"name": row["name"]}
+        cases.append(DegradedCase(row["name"], manifest, row["path"], row["message"]))
+    return cases

@@ -62,6 +62,12 @@ class ChildRefused(Exception):
         self.kind = kind
 
 
+def _unconvertible(error: KubeError) -> bool:
+    """Server-side apply answers 500, not 400, when the applied object cannot be converted to its typed form (a
+    quantity such as `cpu: lots`): that is the object's fault and retrying gets the same answer."""
+    return error.status_code == 500 and "failed to convert new object" in str(error)
+
+
 class PolicyRefused(ChildRefused):
     """The cluster admin's runtime policy (slotune.admission) refuses the spec; no child was created."""
 
@@ -148,7 +154,7 @@ class KubernetesBackend:
         try:
             return call()
         except KubeError as error:
-            if error.status_code in (400, 422):
+            if error.status_code in (400, 422) or _unconvertible(error):
                 raise ChildRefused(kind, error) from error
             raise
 

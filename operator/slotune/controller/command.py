@@ -1,5 +1,9 @@
 """`slotune operator`: run the kopf operator in-process (liveness endpoint, peering, namespaces from settings).
 
+The liveness endpoint carries a `serving` probe: whether the TunedModel CRD is installed, TunedModels can be listed
+and the peering object exists. Missing any, the process is alive but serves nothing; a restart would not help, so the
+probe answers (200) with the reasons instead of failing, and the log says the same.
+
 Every flag mirrors an environment variable of the operator <-> chart contract and wins over it. Operator replicas
 share one kopf peering and take random priorities, so exactly one (the highest) is active and the others stand by.
 """
@@ -11,6 +15,8 @@ import asyncio
 import logging
 import os
 import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from slotune.settings import env_names, load_settings
 
@@ -50,13 +56,22 @@ def run(args: argparse.Namespace) -> int:
     import kopf
 
     import slotune.controller.handlers  # noqa: F401  (registers the handlers with kopf)
-    from slotune.controller.peering import resolve_peering
+    from slotune.controller.peering import ServingCheck, resolve_peering
 
     namespaces = settings.watch_namespaces
     peering = resolve_peering(settings)
+    check = ServingCheck(settings)
+    check()  # says at start, in the log, what keeps the operator from serving
+    kopf.on.probe(id="serving")(_probe(check))
     asyncio.run(kopf.operator(
         clusterwide=not namespaces, namespaces=namespaces, standalone=peering is None, peering_name=peering,
         priority=secrets.randbelow(2**31 - 1) + 1,
         liveness_endpoint=settings.liveness_endpoint or None,
     ))
     return 0
+
+
+def _probe(check: Callable[[], dict[str, object]]) -> Callable[..., Awaitable[dict[str, object]]]:
+    async def serving(**_: Any) -> dict[str, object]:
+        return await asyncio.to_thread(check)  # blocking HTTP calls, off kopf's event loop
+    return serving

@@ -6,6 +6,10 @@ reason given. Before kopf starts, `choose_peering` looks: no peering CRD at all 
 operator runs standalone and says so; the CRD without the object means the operator would wait forever, so it says
 what to create (or how to run standalone) and waits as configured, since standing alone could make two replicas
 active at once.
+
+`serving_problems` asks the same of everything else the operator needs (the TunedModel CRD, RBAC to list
+TunedModels, the peering object): an operator missing one of them runs but serves nothing, so it says which in its
+log and in its liveness probe's answer.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from slotune.api import GROUP, PLURAL, VERSION
 from slotune.backends.kube_api import KubeAPI, KubeError
 from slotune.settings import OperatorSettings
 
@@ -72,3 +77,59 @@ def resolve_peering(settings: OperatorSettings) -> str | None:
     if choice.warning:
         log.warning(choice.warning)
     return choice.name
+
+
+def _listing_problem(api: KubeAPI, settings: OperatorSettings) -> str | None:
+    """Why the operator cannot list TunedModels where it watches (RBAC, most often), or None."""
+    scopes = [f"/namespaces/{n}" for n in settings.watch_namespaces] or [""]
+    for scope in scopes:
+        response = api.request("GET", f"/apis/{GROUP}/{VERSION}{scope}/{PLURAL}", params={"limit": "1"})
+        if response.status_code >= 400:
+            where = scope.removeprefix("/namespaces/") or "all namespaces"
+            return (f"cannot list TunedModels in {where} ({response.status_code}): {response.text.strip()[:300]}; "
+                    "grant list/watch on tunedmodels.slotune.io (the chart's ClusterRole does)")
+    return None
+
+
+def serving_problems(api: KubeAPI, settings: OperatorSettings) -> list[str]:
+    """Everything that keeps the operator from serving TunedModels; empty when it can."""
+    if not api.has_resource(f"{GROUP}/{VERSION}", PLURAL):
+        return [f"the TunedModel CRD ({PLURAL}.{GROUP}) is not installed: apply crds/tunedmodel.yaml (the chart "
+                "installs it); nothing is served until it exists"]
+    problems = [p for p in [_listing_problem(api, settings)] if p]
+    # No peering CRD at all: choose_peering ran the operator standalone, so no peering object is awaited.
+    plural = "kopfpeerings" if settings.watch_namespaces else "clusterkopfpeerings"
+    awaited = bool(settings.peering) and api.has_resource(PEERING_GROUP_VERSION, plural)
+    if awaited and (missing := _missing(api, settings)):
+        problems.append(f"peering {settings.peering!r}: {', '.join(missing)} does not exist; kopf serves nothing "
+                        "until it does")
+    return problems
+
+
+class ServingCheck:
+    """The liveness probe's look at `serving_problems`, logging a warning each time the answer changes (not at
+    every probe: kubelet probes every few seconds)."""
+
+    def __init__(self, settings: OperatorSettings) -> None:
+        self.settings = settings
+        self.last: list[str] | None = None
+
+    def __call__(self) -> dict[str, object]:
+        try:
+            api = KubeAPI.from_environment()
+        except Exception as error:  # no credentials: say so rather than fail the probe blindly
+            problems = [f"no API server credentials: {error}"]
+        else:
+            try:
+                problems = serving_problems(api, self.settings)
+            except (KubeError, OSError) as error:
+                problems = [f"the API server did not answer: {error}"]
+            finally:
+                api.close()
+        if problems != self.last:
+            for problem in problems:
+                log.warning("cannot serve: %s", problem)
+            if self.last and not problems:
+                log.info("serving: every prerequisite is in place")
+            self.last = problems
+        return {"serving": not problems, "problems": problems}

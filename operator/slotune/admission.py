@@ -38,8 +38,9 @@ def _knob_flags() -> tuple[str, ...]:
 # admin token, its parallelism, a config file of flags (vLLM's --config), and every tuned knob (the status promises
 # that pods run the config it shows). The chart's policy renders the same list (a unit test compares them).
 OPERATOR_FLAGS: tuple[str, ...] = (
-    "--model", "--served-model-name", "--host", "--port", "--uds", "--admin-token-file", "--device", "--dtype",
-    "--max-model-len", "--revision", "--tensor-parallel-size", "-tp", "--config", "-q", *_knob_flags(),
+    "--model", "--served-model-name", "--host", "--port", "--admin-port", "--uds", "--admin-token-file", "--device",
+    "--dtype", "--max-model-len", "--revision", "--tensor-parallel-size", "-tp", "--config", "-q",
+    "--slo-bucket-edges", *_knob_flags(),
 )
 REMOTE_CODE_FLAGS: tuple[str, ...] = ("--trust-remote-code",)
 MIN_ABBREVIATION = 3  # argparse accepts any unambiguous prefix of a long flag ("--po" for "--port")

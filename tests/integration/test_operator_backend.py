@@ -51,7 +51,9 @@ def test_unschedulable_replicas_fail_the_apply_and_the_previous_config_comes_bac
                           runtime={"engine": "vllm"}, tuning={"mode": "off"})
     apply(kube, manifest)  # no operator runs here: the test drives the backend itself
     tm = parse_tunedmodel(get(kube, "tunedmodel", "big", namespace))
-    settings = OperatorSettings(rollout_timeout_s=90, unschedulable_grace_s=3)
+    # The grace outlasts pods of other tests' namespaces still terminating on the shared node (their GPUs come
+    # back within it); replicas=3 stays unschedulable however long one waits.
+    settings = OperatorSettings(rollout_timeout_s=90, unschedulable_grace_s=30)
     api = KubeAPI.from_environment(str(kube.kubeconfig))
     recorded: list[tuple[str, str, bool]] = []
     backend = KubernetesBackend(api, tm, settings, record=lambda *event: recorded.append(event))

@@ -52,5 +52,5 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{/* Flags the operator sets on the runtime: never accepted in spec.runtime.extraArgs. The same list as
 operator/slotune/admission.py OPERATOR_FLAGS (tests/unit/test_chart_admission.py compares them). */}}
 {{- define "slotune.operatorFlags" -}}
-['--model', '--served-model-name', '--host', '--port', '--uds', '--admin-token-file', '--device', '--dtype', '--max-model-len', '--revision', '--tensor-parallel-size', '-tp', '--config', '-q', '--max-num-seqs', '--max-num-batched-tokens', '--enable-chunked-prefill', '--no-enable-chunked-prefill', '--enable-prefix-caching', '--no-enable-prefix-caching', '--speculative-config', '--quantization', '--kv-cache-dtype']
+['--model', '--served-model-name', '--host', '--port', '--admin-port', '--uds', '--admin-token-file', '--device', '--dtype', '--max-model-len', '--revision', '--tensor-parallel-size', '-tp', '--config', '-q', '--slo-bucket-edges', '--max-num-seqs', '--max-num-batched-tokens', '--enable-chunked-prefill', '--no-enable-chunked-prefill', '--enable-prefix-caching', '--no-enable-prefix-caching', '--speculative-config', '--quantization', '--kv-cache-dtype']
 {{- end }}

@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def tunedmodel(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
     """A TunedModel for kwok's fake pods, where no runtime answers /admin/config: hotReconfigure off, so the pods
-    run the Deployment's arguments and the operator has nothing to read back (the e2e tests read back real pods)."""
+    run the Deployment's arguments and the operator has nothing to read back (the e2e tests read back real pods).
+    CPU pods by default: the session's one 8-GPU H100 node is for the tests about GPUs, so other tests' pods (their
+    namespaces still terminating) never leave a later test's pods unschedulable."""
     tuning = {"windowSeconds": 5, "minSamples": 10, "warmupSeconds": 0, "cooldownSeconds": 0, "hotReconfigure": False}
     spec = spec | {"tuning": tuning | spec.get("tuning", {})}
     return {
@@ -29,7 +31,7 @@ def tunedmodel(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "model": {"name": "llama-8b", "source": "hf://meta-llama/Llama-3.1-8B-Instruct"},
-            "hardware": {"accelerator": "nvidia-h100-80gb", "count": 2},
+            "hardware": {"accelerator": "cpu", "count": 0},
             "slo": {"ttft": {"p99": 500}, "tpot": {"p99": 50}},
             "runtime": {"config": {"maxNumSeqs": 32}},
             "replicas": 2,
@@ -61,7 +63,8 @@ def runtime_container(deployment: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_tunedmodel_gets_owned_children_on_gpu_nodes_and_a_status(kube, namespace, operator) -> None:
-    apply(kube, tunedmodel("chat", namespace, tuning={"mode": "off", "windowSeconds": 5, "minSamples": 10}))
+    apply(kube, tunedmodel("chat", namespace, hardware={"accelerator": "nvidia-h100-80gb", "count": 2},
+                           tuning={"mode": "off", "windowSeconds": 5, "minSamples": 10}))
     describe = operator.log_tail
     deployment = wait_for(lambda: get(kube, "deployment", "chat-runtime", namespace), 60, "the Deployment",
                           describe=describe)

@@ -21,7 +21,7 @@ from slotune.policy.moves import enable_prefix_cache, quantize
 from slotune.policy.sizing import load_of, max_replicas, tpot_target
 from slotune.slo import SLOSpec
 
-FAR_BEYOND = 1.3  # needed / allowed replicas beyond the capacity model's error (no false Infeasible in the bench)
+FAR_BEYOND = 2.0  # needed / allowed replicas beyond the capacity model's error (it read 6 for 3 on one scenario)
 
 
 def roomiest(given: PolicyInput) -> RuntimeConfig:

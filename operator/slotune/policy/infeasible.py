@@ -21,7 +21,7 @@ def infeasible(diagnosis: Diagnosis, given: PolicyInput) -> Infeasible:
         reason = (f"{', '.join(diagnosis.out_of_reach)} below what any allowed config can do on this hardware "
                   f"(the least TPOT floor {diagnosis.floors.reachable_tpot_ms:.1f} ms, "
                   f"{diagnosis.floors.best_config.describe()}, at draft acceptance {diagnosis.acceptance:.2f})")
-    return Infeasible(closest, reason, tuple(needs))
+    return Infeasible(closest, reason, tuple(needs), out_of_reach=diagnosis.out_of_reach)
 
 
 def _needs(diagnosis: Diagnosis, given: PolicyInput, closest: RuntimeConfig) -> list[str]:

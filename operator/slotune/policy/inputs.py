@@ -31,6 +31,7 @@ class Infeasible:
     reason: str
     needs: tuple[str, ...]
     best_effort: Proposal | None = None  # a change that still improves the targets in reach
+    out_of_reach: tuple[str, ...] = ()  # targets below every allowed config's floor (best effort sets them aside)
 
 
 @dataclass(frozen=True)

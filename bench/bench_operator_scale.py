@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "hack"))
 
 import kwok_cluster  # noqa: E402  (hack/ is scripts, not a package)
+from tests.e2e.harness.kube import install_tunedmodel_crd  # noqa: E402
 from tests.e2e.harness.operator import OperatorProcess  # noqa: E402
 from tests.harness.fleet import FleetExporter, fleet_tunedmodel  # noqa: E402
 from tests.harness.ports import free_port  # noqa: E402
@@ -299,8 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster = kwok_cluster.Cluster(f"slotune-scale-{os.getpid()}", workdir / "kwok", kwok_cluster.binaries())
         cluster.up()
         try:
-            cluster.kubectl("apply", "-f", str(ROOT / "crds" / "tunedmodel.yaml"))
-            cluster.kubectl("wait", "--for=condition=Established", "crd/tunedmodels.slotune.io", "--timeout=300s")
+            install_tunedmodel_crd(cluster)
             runs = []
             for n in args.counts:
                 runs.append(run_count(cluster, n, args.window_s, workdir))

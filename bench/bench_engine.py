@@ -5,9 +5,9 @@ batch 1 and against the memory-bandwidth bound of a decode step.
 Decode tokens/s at concurrency N = N / median time of the steps in which all N requests decode (prefill steps
 excluded). HF generate's per-token time = (time of max_new_tokens=M - time of max_new_tokens=1) / (M - 1), so its
 prefill is excluded too. Rounds alternate (engine N=1, HF, engine N=8, engine N=32, ...) so machine noise hits every
-side alike; the report quotes medians over rounds and ratios from the same run (reference.md section 9).
+side alike; the report quotes medians over rounds and ratios from the same run (docs/facts.md#cpu).
 
-Bandwidth bound of a step (reference.md section 4): bytes read / bandwidth, where bytes read = every weight except the
+Bandwidth bound of a step (docs/facts.md#gpu): bytes read / bandwidth, where bytes read = every weight except the
 embedding table (one row per token) + the KV cache of all running sequences; 30 GB/s on these machines.
 
     .venv/bin/python -m bench.bench_engine [--rounds 3] [--max-tokens 48] [--threads 1]
@@ -211,7 +211,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=48)
     # One thread by default: on a shared 2-core box, two OpenMP threads stall each other (measured 600+ ms steps at
-    # load average 8 vs ~80 ms with one thread); reference.md section 9 puts its cost at 1.3-1.5x at batch 64 idle.
+    # load average 8 vs ~80 ms with one thread); docs/facts.md#cpu puts its cost at 1.3-1.5x at batch 64 idle.
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default)")
     args = parser.parse_args()
     if args.threads:

@@ -3,7 +3,7 @@
 Both sides run the same tiny checkpoint, the same knobs and one torch thread; the engine-alone runs step an in-process
 LLMEngine with 32 requests until they finish, the server runs send 32 concurrent streaming completions to a
 `python -m gpu_runtime serve` process from this process. Runs alternate (engine, server, engine, server, ...) so
-machine noise hits both sides alike (reference.md section 9: compare ratios measured in one run).
+machine noise hits both sides alike (docs/facts.md#cpu: compare ratios measured in one run).
 
     .venv/bin/python bench/bench_server.py [--rounds 5] [--max-tokens 128] [--streams 32]
 

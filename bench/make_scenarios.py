@@ -22,7 +22,7 @@ import yaml
 
 OUT = Path(__file__).parent / "scenarios"
 ACCELERATORS = {"h100": ("nvidia-h100-80gb", 1.0), "a100": ("nvidia-a100-40gb", 0.45), "l4": ("nvidia-l4", 0.09)}
-# MLPerf llama3.1-8b tiers (reference.md s.6): P99 TTFT / TPOT in ms.
+# MLPerf llama3.1-8b tiers (docs/facts.md#traffic): P99 TTFT / TPOT in ms.
 TIERS = {"relaxed": (2000, 100), "interactive": (500, 30)}
 WORKLOADS = {
     # name: (profile, H100 request rate, draft acceptance, poor start, note)

@@ -259,8 +259,8 @@ def render(body: dict[str, object]) -> str:
               "to): the step model's share of the error. The same calibration steps fitted "
               f"with the roofline terms only (no host-side per-sequence, per-token, per-pair costs) give "
               f"{b_within} of {len(rows)} configurations, {b_close} of {total} percentiles, median error "  # type: ignore[arg-type]
-              f"{b_median:.0%}. Measurements swing +-30% run to run on these shared 2-core machines (reference.md "
-              f"s.9); 1-minute load average at the end of this run: {body['load_average']:.1f}."]
+              f"{b_median:.0%}. Measurements swing +-30% run to run on these shared 2-core machines ("
+              f"docs/facts.md#cpu); 1-minute load average at the end of this run: {body['load_average']:.1f}."]
     return "\n".join(lines + _misses(rows, cal["rms_relative_error"])) + "\n"  # type: ignore[arg-type, index]
 
 

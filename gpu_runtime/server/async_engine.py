@@ -2,7 +2,7 @@
 
 The worker loops: apply queued commands (add, abort, calls such as reconfigure) between steps, run one step, hand each
 output to its request's asyncio queue (one `call_soon_threadsafe` per step, not per token), record metrics, publish an
-`EngineStats` snapshot. Running the step off the event loop keeps first-token waits short (reference.md section 9).
+`EngineStats` snapshot. Running the step off the event loop keeps first-token waits short (docs/facts.md#cpu).
 Admission is bounded: beyond `max_waiting_requests` requests admitted but not yet running, `generate` refuses with 429
 and a Retry-After estimated from how fast recent requests finished. A consumer that stops iterating (client gone)
 aborts its request, which frees its KV blocks before the next step.

@@ -1,4 +1,4 @@
-"""The OpenAI-compatible wire format of the runtime's HTTP API (reference.md section 3).
+"""The OpenAI-compatible wire format of the runtime's HTTP API (docs/facts.md#api).
 
 Request models validate what a client may ask for and turn it into the engine's `SamplingParams`; response models
 are what non-streaming endpoints return; `APIError` is the one exception type that becomes an OpenAI-style error

@@ -1,4 +1,4 @@
-"""Server-sent events framing of OpenAI streaming responses (reference.md section 3).
+"""Server-sent events framing of OpenAI streaming responses (docs/facts.md#api).
 
 Each event is `data: <json>\\n\\n` and a stream ends with `data: [DONE]\\n\\n`. One `ChunkEncoder` per request
 pre-encodes the fields every chunk repeats (id, object, created, model), so a token costs one JSON string escape

@@ -1,4 +1,4 @@
-"""Speculative decoding settings, parsed from vLLM's `--speculative-config` JSON (reference.md section 2).
+"""Speculative decoding settings, parsed from vLLM's `--speculative-config` JSON (docs/facts.md#flags).
 
 Accepts the vLLM spelling (`{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":4,"prompt_lookup_min":1}`,
 `{"method":"draft_model","model":"...","num_speculative_tokens":5}`) and the snake_case body the operator's

@@ -31,7 +31,7 @@ BlockIdsFn = Callable[[str], list[int]]  # the scheduler's block table of a requ
 
 @dataclass
 class SpecCounters:
-    """Cumulative counters behind vllm:spec_decode_* (reference.md section 1)."""
+    """Cumulative counters behind vllm:spec_decode_* (docs/facts.md#metrics)."""
 
     num_drafts: int = 0  # verification rounds of a sequence with at least one draft token
     num_draft_tokens: int = 0

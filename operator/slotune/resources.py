@@ -4,7 +4,7 @@ Nothing here talks to the API server (slotune.backends.kube_deployment applies w
 operator <-> chart contract: Deployment and Service `NAME-runtime`, Secret `NAME-admin-token` (key `token`, mounted
 at /var/run/slotune/admin-token), ServiceMonitor `NAME-runtime`; all labelled for the TunedModel and owned by it.
 Engine flags come from `RuntimeConfig.engine_args()`, so the builtin runtime and vLLM get one knob vocabulary
-(reference.md section 2). A draft model (`spec.model.draftModel`, carried into the config by the tuner) is a source
+(docs/facts.md#flags). A draft model (`spec.model.draftModel`, carried into the config by the tuner) is a source
 like the model's: it is rendered as the path the engine reads and its PVC is mounted, as the model's is.
 """
 

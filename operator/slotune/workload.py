@@ -2,7 +2,7 @@
 
 `WorkloadSpec` is `spec.workload` of a TunedModel (camelCase on the wire) and the input of `slotune bench` and the
 simulator. A profile (chat, code, summarization, prefix-heavy) fills in every field the user leaves out, from the
-public traces quoted in reference.md section 6. `plan_requests` turns a spec into a reproducible list of
+public traces quoted in docs/facts.md#traffic. `plan_requests` turns a spec into a reproducible list of
 `PlannedRequest`s (arrival time, prompt and output lengths, shared-prefix group), the same list for the same seed,
 so a benchmark, a replay and a simulation of one workload see identical requests.
 """
@@ -87,7 +87,7 @@ class _ProfileDefaults:
     num_prefix_groups: int
 
 
-# Azure LLM inference trace 2023 (Patel et al., Splitwise, ISCA'24) via reference.md section 6: conversation
+# Azure LLM inference trace 2023 (Patel et al., Splitwise, ISCA'24) via docs/facts.md#traffic: conversation
 # prompt p50 1020 / p99 4142, output p50 129 / p99 601, CV 1.09; code prompt p50 1469 / p99 7436, output p50 13 /
 # p99 251, CV 13.2. arXiv summarization gives only medians (2730 / 167): its p99s below are our assumption
 # (about 2.5x and 3x the median). prefix-heavy is our own: a 1024-token system prompt shared by 90% of requests in

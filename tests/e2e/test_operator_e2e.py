@@ -26,7 +26,7 @@ from tests.e2e.harness.operator import OperatorProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 TTFT_P99_TARGET_MS = 1000.0
-# ~100 output tokens at >= 4 ms a step (reference.md s.9) serve at most ~2.5 requests/s one at a time: 5/s overloads
+# ~100 output tokens at >= 4 ms a step (docs/facts.md#cpu) serve at most ~2.5 requests/s one at a time: 5/s overloads
 # maxNumSeqs 1 on any machine, while a batch of ~10 carries 5/s even on busy cores.
 WORKLOAD = {"profile": "custom", "requestRatePerS": 5, "arrival": "poisson",
             "promptTokens": {"p50": 32, "p99": 64}, "outputTokens": {"p50": 96, "p99": 128}}

@@ -2,7 +2,7 @@
 window's traffic implies. The deployed engine is vLLM (`runtime.engine: vllm`), so this is what the operator sees.
 
 tests/data/vllm_metrics_{a,b}.txt were written by prometheus_client with vLLM V1's metric names, help texts, labels
-(`model_name`, `engine`, `finished_reason`, `position`) and bucket boundaries (reference.md section 1); they are not
+(`model_name`, `engine`, `finished_reason`, `position`) and bucket boundaries (docs/facts.md#metrics); they are not
 captured from a running vLLM. Scrape a follows 400 lighter requests that the difference must remove. Between a and b,
 60 requests finished (50 stop, 10 length):
   TTFT      30 x 70 ms, 24 x 90 ms, 6 x 300 ms           buckets (60, 80], (80, 100], (250, 500] ms

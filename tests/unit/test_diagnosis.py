@@ -81,7 +81,7 @@ def test_tpot_high_throughout_is_decode_bandwidth():
 
 
 def test_a_tpot_target_below_the_roofline_floor_is_out_of_reach():
-    # 8B bf16 weights on an L4 need ~50-66 ms per token at batch 1 (reference.md s.4): 30 ms cannot be met.
+    # 8B bf16 weights on an L4 need ~50-66 ms per token at batch 1 (docs/facts.md#gpu): 30 ms cannot be met.
     tight = SLOSpec.model_validate({"tpot": {"p99": 30}})
     d = diagnose(_window(300, 20, 280, 70), RuntimeConfig(), tight, L4)
     assert d.bottleneck is Bottleneck.DECODE_BANDWIDTH

@@ -1,4 +1,4 @@
-"""Roofline model: datasheet bounds from reference.md s.4, model sizes from public configs, calibration recovery."""
+"""Roofline model: datasheet bounds from docs/facts.md#gpu, model sizes from public configs, calibration recovery."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_llama_8b_from_hf_config_counts_8_billion_params(tmp_path):
 
 @pytest.mark.parametrize(("name", "bound_ms"), [("h200", 3.2), ("h100", 4.6), ("a100-80gb", 7.6), ("l4", 52)])
 def test_batch1_tpot_lower_bound_matches_reference(name, bound_ms):
-    # reference.md s.4: Llama-3.1-8B bf16 batch-1 TPOT lower bounds, weights / bandwidth.
+    # docs/facts.md#gpu: Llama-3.1-8B bf16 batch-1 TPOT lower bounds, weights / bandwidth.
     model = StepTimeModel(LLAMA_8B, accelerator(name), efficiency=IDEAL)
     assert model.decode_step_s(1, 0) * 1000 == pytest.approx(bound_ms, rel=0.08)
 
@@ -51,7 +51,7 @@ def test_decode_is_memory_bound_at_small_batch_and_compute_bound_past_the_ridge(
     assert small.memory_s > small.compute_s
     assert large.compute_s > large.memory_s
     ridge = accelerator("h100").ridge_tokens
-    assert 250 < ridge < 340  # reference.md s.4: ~295 on H100
+    assert 250 < ridge < 340  # docs/facts.md#gpu: ~295 on H100
 
 
 def test_quantization_and_fp8_kv_shrink_bytes_and_speed_up_decode():
@@ -103,7 +103,7 @@ def test_calibration_recovers_efficiencies_and_overhead_from_noisy_steps():
 
 
 def test_calibration_brings_the_cpu_model_closer_to_the_reference_tiny_model_steps():
-    # reference.md s.9: tiny fp32 model, 2 threads: 3.9 / 8.0 / 15.8 ms per decode step at batch 1 / 16 / 64.
+    # docs/facts.md#cpu: tiny fp32 model, 2 threads: 3.9 / 8.0 / 15.8 ms per decode step at batch 1 / 16 / 64.
     # Eager CPU steps grow almost linearly from batch 1 (per-op costs), which a max() roofline fits only roughly.
     tiny = StepTimeModel(model_profile("tiny"), accelerator("cpu"))
     measured = [StepMeasurement(StepShape(num_decode_seqs=b, decode_context_tokens=b * 64), t)

@@ -1,7 +1,7 @@
 """The loop's MeasurementSource on Kubernetes: one window of the TunedModel's runtime pods, read from Prometheus.
 
 Windows never overlap and never start before the warm-up after the last change has passed (the first requests after
-a restart are several times slower, reference.md section 2). `measure` never waits: before the window is over it
+a restart are several times slower, docs/facts.md#flags). `measure` never waits: before the window is over it
 raises the loop's `WindowOpen` with the time it ends, and once over the window is read over exactly the interval it
 covered, however late the tick that reads it. Too few finished requests, no series, or Prometheus down all raise
 the loop's `MetricsUnavailable`; the reason is kept in `last_reason` for the MetricsAvailable condition.

@@ -66,7 +66,7 @@ class SpeculativeConfig(_Frozen):
         return self
 
     def vllm_json(self) -> str:
-        """The value of vLLM's `--speculative-config` (reference.md section 2)."""
+        """The value of vLLM's `--speculative-config` (docs/facts.md#flags)."""
         body: dict[str, object] = {"method": self.method.value, "num_speculative_tokens": self.num_speculative_tokens}
         if self.method is SpeculativeMethod.NGRAM:
             body |= {"prompt_lookup_max": self.prompt_lookup_max, "prompt_lookup_min": self.prompt_lookup_min}
@@ -109,7 +109,7 @@ class RuntimeConfig(_Frozen):
 
     def engine_args(self) -> list[str]:
         """Command-line flags for one runtime process, in schema order. Builtin and vLLM share vLLM's spelling
-        (reference.md section 2); a choice knob at its default is left out, so each engine keeps its own default."""
+        (docs/facts.md#flags); a choice knob at its default is left out, so each engine keeps its own default."""
         values = self.model_dump(mode="json")
         values["speculative"] = None if self.speculative is None else self.speculative.vllm_json()
         return [flag for spec in KNOBS for flag in spec.flags(values[spec.name])]

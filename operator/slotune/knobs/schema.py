@@ -4,7 +4,7 @@ Everything that names or bounds a knob reads this table: `RuntimeConfig`'s field
 `spec.tuning.bounds` ranges and the generated CRD, and (through `gpu_runtime/knob_schema.py`, generated from this
 table by `slotune crd --write`) the builtin runtime's flag checks and its `/admin/config` model. A knob's name is at
 once its `RuntimeConfig` field, its `spec.tuning.knobs` value and its `/admin/config` field (vLLM's flag name with
-underscores); its flag is spelled as vLLM spells it (reference.md section 2), so one renderer serves both engines.
+underscores); its flag is spelled as vLLM spells it (docs/facts.md#flags), so one renderer serves both engines.
 """
 
 from __future__ import annotations

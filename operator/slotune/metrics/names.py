@@ -1,6 +1,6 @@
 """Which metric names each serving engine exposes, so one reader serves them all.
 
-The builtin runtime exposes vLLM's V1 names (reference.md section 1), so the two engines slotune deploys
+The builtin runtime exposes vLLM's V1 names (docs/facts.md#metrics), so the two engines slotune deploys
 (`slotune.knobs.Engine`) share one table. SGLang's names are mapped onto the same roles, with gauges where SGLang has
 no counter (its cache hit rate and acceptance length), as `SGLANG_NAMES` for reading an SGLang server slotune did not
 deploy. Counter names are the declared names without `_total`; `CounterName.sample` adds it, as

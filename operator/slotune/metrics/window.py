@@ -54,7 +54,7 @@ class WindowReadings:
         hit_rate = _ratio(self.prefix_cache_hits, self.prefix_cache_queries)
         accept_length = self.spec_accept_length
         if self.spec_accepted_tokens is not None and self.spec_drafts:
-            accept_length = 1.0 + self.spec_accepted_tokens / self.spec_drafts  # reference.md section 1
+            accept_length = 1.0 + self.spec_accepted_tokens / self.spec_drafts  # docs/facts.md#metrics
         return MetricsSnapshot(
             source=source, window_s=self.window_s, num_requests=round(self.num_requests),
             ttft=latency(LatencyMetric.TTFT, LatencySummary()), tpot=latency(LatencyMetric.TPOT, LatencySummary()),

@@ -1,8 +1,8 @@
 """Accelerator profiles: the physical limits (bandwidth, peak FLOP/s, memory) the roofline model works from.
 
-Datasheet numbers come from reference.md section 4 (dense, no sparsity). The achieved fractions and per-step
+Datasheet numbers come from docs/facts.md#gpu (dense, no sparsity). The achieved fractions and per-step
 overheads are priors: calibration (`slotune.perfmodel.calibration`) refits them from measured step times. `cpu` is the
-2-core development machine of reference.md section 9, where eager PyTorch is overhead-bound (~10 us per op, ~0.25 ms
+2-core development machine of docs/facts.md#cpu, where eager PyTorch is overhead-bound (~10 us per op, ~0.25 ms
 per decoder layer per step at batch 1), so its profile carries a large per-layer cost next to the fixed step cost.
 """
 
@@ -65,7 +65,7 @@ ACCELERATORS: dict[str, AcceleratorProfile] = {
         AcceleratorProfile("nvidia-a100-40gb", 1.56 * TB, 312 * TB, 40 * GB),
         AcceleratorProfile("nvidia-l4", 0.30 * TB, 121 * TB, 24 * GB, fp8_flops_per_s=242 * TB,
                            interconnect_bytes_per_s=32 * GB),
-        # reference.md s.9: ~30 GB/s read, bf16 matmul ~400 GFLOP/s (AMX/AVX-512), fp32 ~165 GFLOP/s, eager overheads.
+        # docs/facts.md#cpu: ~30 GB/s read, bf16 matmul ~400 GFLOP/s (AMX/AVX-512), fp32 ~165 GFLOP/s, eager overheads.
         AcceleratorProfile("cpu", 30 * GB, 400e9, 16 * GB, fp32_flops_per_s=165e9, interconnect_bytes_per_s=10 * GB,
                            bandwidth_efficiency=0.6, compute_efficiency=0.5, step_overhead_s=0.002,
                            layer_overhead_s=0.00025),

@@ -100,7 +100,7 @@ LLAMA_3_1_8B = ModelProfile("llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256)
 LLAMA_3_1_70B = ModelProfile("llama-3.1-70b", 80, 8192, 64, 8, 128, 28672, 128256)
 LLAMA_3_2_1B = ModelProfile("llama-3.2-1b", 16, 2048, 32, 8, 64, 8192, 128256, tie_word_embeddings=True)
 QWEN_2_5_14B = ModelProfile("qwen-2.5-14b", 48, 5120, 40, 8, 128, 13824, 152064)
-# The test models of reference.md s.9 (tiny fp32 7M, small bf16 125M).
+# The test models of docs/facts.md#cpu (tiny fp32 7M, small bf16 125M).
 TINY = ModelProfile("tiny", 4, 256, 4, 4, 64, 1024, 8192, dtype="float32", tie_word_embeddings=True)
 SMALL = ModelProfile("small", 12, 768, 12, 12, 64, 2048, 50257, dtype="bfloat16", tie_word_embeddings=True)
 

@@ -4,10 +4,10 @@ An engine step runs every scheduled token through the model once. Its time is bo
 - compute: 2 FLOPs per linear weight per token (Kaplan et al. 2020, "Scaling Laws", C_forward ~ 2N) plus attention,
   4 * layers * (heads * head_dim) FLOPs per token per context position it attends to (PaLM, Chowdhery et al. 2022,
   appendix B: 12*L*H*Q*T for forward+backward, a third of that forward);
-- memory: every weight byte once per step, plus the KV cache bytes of every attended context token (reference.md s.4:
+- memory: every weight byte once per step, plus the KV cache bytes of every attended context token (docs/facts.md#gpu:
   decode at small batch is memory-bandwidth bound, step >= (weight bytes + KV bytes read) / bandwidth).
 The step takes the larger of the two at the achieved efficiency, plus a fixed per-step cost and a per-layer cost (on
-CPU eager PyTorch these dominate small models, reference.md s.9), plus tensor-parallel all-reduces (2 per layer,
+CPU eager PyTorch these dominate small models, docs/facts.md#cpu), plus tensor-parallel all-reduces (2 per layer,
 ring all-reduce moves 2*(tp-1)/tp of the activations; Megatron-LM, Shoeybi et al. 2019).
 Three linear host-side terms, zero unless calibrated (GPU priors keep them at 0), cover what an eager engine pays
 outside the roofline, as measured from the builtin runtime's step trace on CPU (bench/results/simulator_validation.md):

@@ -1,6 +1,6 @@
 """Turn simulated request timelines and replica counters into a `MetricsSnapshot` (source: simulator).
 
-Per-request latencies follow the runtime's metric definitions (reference.md s.1): TTFT from arrival to first token,
+Per-request latencies follow the runtime's metric definitions (docs/facts.md#metrics): TTFT from arrival to first token,
 queue until first scheduled, prefill from first scheduled to first token, decode from first token to last, TPOT as
 (e2e - ttft) / (output_tokens - 1). Inter-token latency has one observation per output event; it is kept as a
 histogram on the standard ITL buckets with percentiles computed exactly from the weighted gaps.

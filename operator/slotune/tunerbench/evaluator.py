@@ -4,7 +4,7 @@ A configuration is scored on SCORED_WINDOWS windows of the workload (seeds seed,
 if every one of them does, since a config that holds on one burst pattern and not the next would not hold in
 production either (and a tuner measuring live windows would see it flap). Later windows of a running config (the
 loop's confirmation and re-measurement windows) are fresh traffic too, simulated on demand.
-Goodput follows DistServe (Zhong et al., OSDI'24) and reference.md s.6: the share of requests meeting every latency
+Goodput follows DistServe (Zhong et al., OSDI'24) and docs/facts.md#traffic: the share of requests meeting every latency
 target (at the loosest declared percentile's bound) times the offered request rate, averaged over the scored
 windows, per replica, and zero unless the SLO holds (the declared percentiles and throughput floor). Per replica, so
 replicas the load does not need lower it, as they raise the bill; per offered request, so finishing a backlog sooner

@@ -297,7 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # killed: still tear the cluster and processes down
     with tempfile.TemporaryDirectory(prefix="slotune-scale-") as tmp:
         workdir = Path(tmp)
-        cluster = kwok_cluster.Cluster(f"slotune-scale-{os.getpid()}", workdir / "kwok", kwok_cluster.binaries())
+        # kwokctl's default service range holds about 250 ClusterIPs: a Service each for 1,000 TunedModels needs more.
+        cluster = kwok_cluster.Cluster(f"slotune-scale-{os.getpid()}", workdir / "kwok", kwok_cluster.binaries(),
+                                       extra_args=("kube-apiserver=service-cluster-ip-range=10.96.0.0/16",))
         cluster.up()
         try:
             install_tunedmodel_crd(cluster)

@@ -142,6 +142,7 @@ class Cluster:
     bin_dir: Path
     nodes: tuple[GPUNode, ...] = DEFAULT_NODES
     env: dict[str, str] = field(default_factory=dict)
+    extra_args: tuple[str, ...] = ()  # kwokctl --extra-args COMPONENT=FLAG=VALUE, e.g. a wider service range
 
     @property
     def kubeconfig(self) -> Path:
@@ -223,6 +224,7 @@ class Cluster:
             "--kube-controller-manager-binary", str(b / "kube-controller-manager"),
             "--kube-scheduler-binary", str(b / "kube-scheduler"),
             "--kwok-controller-binary", str(b / "kwok"),
+            *(arg for extra in self.extra_args for arg in ("--extra-args", extra)),
             check=False,
         )
         if result.returncode != 0:

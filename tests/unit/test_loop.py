@@ -294,5 +294,5 @@ def test_the_loop_prices_configs_on_the_hardware_it_measures():
     profiled = tuner._diagnose(state.evolve(speed_ratios=()), POOR, state.baseline)
     assert measured.floors.tpot_ms == pytest.approx(1.6 * profiled.floors.tpot_ms, rel=0.1)
     assert profiled.floors.tpot_ms < 8 < measured.floors.tpot_ms
-    assert measured.out_of_reach == ("tpot_p50",) and profiled.out_of_reach == ()
+    assert measured.below_floor == ("tpot_p50",) and profiled.below_floor == ()
     assert state.pending is not None and state.pending.knob in (Knob.SPECULATIVE, Knob.QUANTIZATION)

@@ -62,6 +62,7 @@ class InfeasibleReport(_Frozen):
     closest: RuntimeConfig
     reason: str
     needs: tuple[str, ...]
+    out_of_reach: tuple[str, ...] = ()  # targets no allowed config can meet: best effort works on the others
 
 
 class TuningState(_Frozen):
@@ -82,6 +83,11 @@ class TuningState(_Frozen):
     settled: bool = False  # converged with no cost-saving change left to try
     prepared_replicas: int | None = None  # a headroom change was made so this replica count can hold: try it next
     speed_ratios: tuple[float, ...] = ()  # recent windows' measured / profiled step time (perfmodel.window_step)
+    spec_acceptance: float | None = None  # per-token draft acceptance measured on this workload (None: never)
+    streak: tuple[MetricsSnapshot, ...] = ()  # the latest windows of the current config's met streak (slo_bound)
+    streak_of: str = ""  # the config (described) whose windows `streak` holds
+    rest_load: tuple[float, ...] | None = None  # rate, mean prompt, mean output, hit rate when it came to rest
+    spec_key: str = ""  # the SLO and tuning it came to rest under: a spec change re-opens Infeasible and Degraded
     windows_met: int = 0
     windows_missed: int = 0  # consecutive violations after convergence (hysteresis before retuning)
     cooldown_until_s: float = 0.0

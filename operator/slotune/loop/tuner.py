@@ -14,6 +14,7 @@ so a verdict is never drawn from a config that did not run. `tuning.mode: off` r
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from dataclasses import dataclass, replace
 from slotune.api.spec import TunedModelSpec
 from slotune.api.status import DiagnosisReport, Observed, Phase, Verdict
 from slotune.api.tuning import Knob, TuningMode, TuningSpec
-from slotune.diagnosis import diagnose
+from slotune.diagnosis import Diagnosis, diagnose, window_acceptance
 from slotune.knobs import RuntimeConfig
 from slotune.loop.protocols import ApplyResult, Backend, MeasurementSource, MetricsUnavailable, StateStore, WindowOpen
 from slotune.loop.state import HistoryRecord, InfeasibleReport, PendingChange, TuningState, now_utc
@@ -40,12 +41,16 @@ from slotune.policy import (
     propose_headroom,
     propose_trim,
 )
+from slotune.policy.best_effort import without_targets
 from slotune.slo import SLOSpec
+from slotune.slo_bound import CONFIDENCE, bounds, pool, tightened
 from slotune.snapshot import MetricsSnapshot
 from slotune.verification import verify
 from slotune.workload import WorkloadSpec
 
 RETUNE_AFTER_MISSED_WINDOWS = 2
+MAX_POOLED = 3  # extra met windows pooled to bound a percentile before falling back on point estimates
+MAX_STREAK = 4  # latest met windows of one config its bound is judged on
 SPEED_WINDOWS = 8  # recent windows whose measured/predicted step time calibrates the profile (their median)
 HEADROOM_MAX_MISS = 1.5  # fewer replicas that missed the SLO by more than this are not worth one headroom change
 
@@ -59,6 +64,12 @@ class TuningProblem:
     deployment: Deployment
     initial: RuntimeConfig
     workload: WorkloadSpec | None = None
+    draft_model: str | None = None  # spec.model.draftModel: draft_model speculation only with one
+
+    @property
+    def key(self) -> str:
+        """The SLO and tuning as declared: Infeasible and Degraded re-open when the spec changes them."""
+        return self.slo.model_dump_json() + self.tuning.model_dump_json()
 
     @classmethod
     def from_spec(cls, spec: TunedModelSpec, model: ModelProfile) -> TuningProblem:
@@ -66,7 +77,7 @@ class TuningProblem:
         deployment = Deployment(model, accelerator(spec.hardware.accelerator.value), max(spec.hardware.count, 1),
                                 max_model_len=spec.model.max_model_len or 8192)
         initial = spec.runtime.config.with_changes(replicas=spec.replicas)
-        return cls(spec.slo, spec.tuning, deployment, initial, spec.workload)
+        return cls(spec.slo, spec.tuning, deployment, initial, spec.workload, spec.model.draft_model)
 
 
 def badness(slo: SLOSpec, snapshot: MetricsSnapshot) -> float:
@@ -94,7 +105,7 @@ class Tuner:
             if state.rollout is not None or state.phase is Phase.DEGRADED:
                 return state
         if state.phase in (Phase.INFEASIBLE, Phase.DEGRADED) and state.pending is None:
-            return state
+            return self._reopen_if_changed(state)
         if state.pending is not None and not state.pending.applied:
             return self._save(self._apply_pending(state))
         if self.clock() < state.cooldown_until_s:
@@ -117,7 +128,8 @@ class Tuner:
                 f"{self.problem.tuning.min_samples}: not judged")))
         state = state.evolve(iteration=state.iteration + 1, metrics_available=True, observed=Observed.of(snapshot),
                              slo_met=self.problem.slo.is_met(snapshot),
-                             speed_ratios=self._speed_ratios(state, snapshot))
+                             speed_ratios=self._speed_ratios(state, snapshot),
+                             spec_acceptance=window_acceptance(snapshot, state.running, state.spec_acceptance))
         if self.problem.tuning.mode is TuningMode.OFF:
             return self._save(state.evolve(phase=Phase.MEASURING, message="tuning off: reporting only"))
         if state.pending is not None:
@@ -185,29 +197,57 @@ class Tuner:
     def _judge(self, state: TuningState, snapshot: MetricsSnapshot) -> TuningState:
         state = self._track_best(state, snapshot)
         if state.slo_met:
-            met = state.windows_met + 1
-            converged = met >= self.problem.tuning.convergence_windows
-            phase = Phase.CONVERGED if converged else Phase.MEASURING
-            message = "every SLO target holds" + ("" if converged else f" ({met} window(s), confirming)")
-            state = state.evolve(windows_met=met, windows_missed=0, phase=phase, message=message,
-                                 diagnosis=self._diagnose(state, state.current, snapshot).report())
-            return self._trim(state, snapshot) if converged else state
-        state = state.evolve(settled=False)
+            return self._confirm(state, snapshot)
+        state = state.evolve(settled=False, streak=())
         if state.phase is Phase.CONVERGED and state.windows_missed + 1 < RETUNE_AFTER_MISSED_WINDOWS:
             return state.evolve(windows_missed=state.windows_missed + 1,
                                 message="SLO missed once after convergence; retuning only if it misses again")
         return self._decide(state.evolve(windows_met=0, windows_missed=0), snapshot)
 
-    def _decide(self, state: TuningState, snapshot: MetricsSnapshot) -> TuningState:
-        diagnosis = self._diagnose(state, state.current, snapshot)
+    def _confirm(self, state: TuningState, snapshot: MetricsSnapshot) -> TuningState:
+        """The window meets every target. Converged only once the upper confidence bound of every percentile, over
+        the config's streak of met windows pooled, is under its target (slo_bound): a point estimate just under
+        the target misses on the next burst. A bound over its target asks for margin: the policy is asked against
+        the SLO tightened to where the bound sits."""
+        same = state.streak_of == state.current.describe()
+        streak = (*(state.streak if same else ()), snapshot)[-MAX_STREAK:]
+        met = state.windows_met + 1
+        found = bounds(self.problem.slo, streak)
+        margins = "; ".join(b.describe() for b in found)
+        state = state.evolve(windows_met=met, windows_missed=0, streak=streak, streak_of=state.current.describe())
+        too_few = any(b.upper_ms is None for b in found) and met < self.problem.tuning.convergence_windows + MAX_POOLED
+        if met < self.problem.tuning.convergence_windows or too_few:
+            return state.evolve(phase=Phase.CONVERGED if state.phase is Phase.CONVERGED else Phase.MEASURING,
+                                message=f"every SLO target holds ({met} window(s), confirming): {margins}")
+        if all(b.holds or b.upper_ms is None for b in found):  # None: windows too small to bound, even pooled
+            diagnosis = self._diagnose(state, state.current, snapshot).report()
+            state = state.evolve(phase=Phase.CONVERGED, diagnosis=diagnosis,
+                                 message=f"every SLO target holds with {CONFIDENCE:.0%} confidence: {margins}")
+            return self._trim(state, snapshot)
+        pooled = functools.reduce(pool, streak)
+        tight = tightened(self.problem.slo, found)
+        if tight.is_met(pooled) or state.changes_applied >= self.problem.tuning.max_iterations:
+            return state.evolve(phase=Phase.MEASURING, message=f"every SLO target holds, without margin: {margins}")
+        margin_state = state.evolve(windows_met=0, streak=(), settled=False,
+                                    message=f"every SLO target holds, without margin: {margins}")
+        return self._decide(margin_state, pooled, tight)
+
+    def _decide(self, state: TuningState, snapshot: MetricsSnapshot, slo: SLOSpec | None = None) -> TuningState:
+        """`slo`: the SLO to decide against (the declared one, or it tightened for margin)."""
+        slo = slo or self.problem.slo
+        diagnosis = self._diagnose(state, state.current, snapshot, slo)
+        if diagnosis.primary is None:  # a margin change rolled back: its baseline met every target, measure again
+            return state.evolve(phase=Phase.MEASURING, message=f"{state.message}; measuring again")
         if state.changes_applied >= self.problem.tuning.max_iterations:
             return self._give_up(state, InfeasibleReport(
                 closest=state.best or state.current, reason=f"maxIterations ({state.changes_applied}) reached",
-                needs=("a larger maxIterations, or the changes listed in the history",)), diagnosis.report())
-        decision = propose(diagnosis, self._policy_input(state, snapshot, revisit_kept=True))
+                needs=("a larger maxIterations, or the changes listed in the history",)), diagnosis.report(), snapshot)
+        decision = propose(diagnosis, replace(self._policy_input(state, snapshot, revisit_kept=True), slo=slo))
         if isinstance(decision, Infeasible):
-            report = InfeasibleReport(closest=decision.closest, reason=decision.reason, needs=decision.needs)
-            return self._give_up(state, report, diagnosis.report("; ".join(decision.needs)))
+            report = InfeasibleReport(closest=decision.closest, reason=decision.reason, needs=decision.needs,
+                                      out_of_reach=decision.out_of_reach)
+            return self._give_up(state, report, diagnosis.report("; ".join(decision.needs)), snapshot,
+                                 decision.best_effort)
         pending = _pending(decision, state.current)
         intent = state.evolve(phase=Phase.TUNING, pending=pending, baseline=snapshot,
                               diagnosis=diagnosis.report(decision.change), message=f"trying {decision.change}")
@@ -251,7 +291,7 @@ class Tuner:
                          and h.config == current.with_changes(replicas=h.config.replicas)}
         return PolicyInput(state.current, snapshot, self.problem.slo, self.problem.tuning, self._deployment(state),
                            excluded, state.rolled_back_moves, state.best, self.problem.workload,
-                           state.prepared_replicas)
+                           state.prepared_replicas, state.spec_acceptance, self.problem.draft_model)
 
     def _apply_pending(self, state: TuningState) -> TuningState:
         pending = state.pending
@@ -273,7 +313,9 @@ class Tuner:
     def _verify(self, state: TuningState, snapshot: MetricsSnapshot) -> tuple[TuningState, bool]:
         pending, baseline = state.pending, state.baseline
         assert pending is not None and baseline is not None
-        verdict = verify(baseline, snapshot, pending.target_metric, pending.target_percentile, self.problem.slo,
+        out_of_reach = state.infeasible.out_of_reach if state.phase is Phase.INFEASIBLE and state.infeasible else ()
+        judged = without_targets(self.problem.slo, out_of_reach) or self.problem.slo  # best effort: what is in reach
+        verdict = verify(baseline, snapshot, pending.target_metric, pending.target_percentile, judged,
                          costs_nothing=costs_nothing(pending.previous, pending.config), earlier_after=state.first_after)
         if pending.trim:
             met = self.problem.slo.is_met(snapshot)
@@ -316,17 +358,57 @@ class Tuner:
             return state.evolve(current=config)
         return state.evolve(phase=Phase.DEGRADED, message=f"rollback to {config.describe()} failed: {result.reason}")
 
-    def _give_up(self, state: TuningState, report: InfeasibleReport, diagnosis_report: DiagnosisReport) -> TuningState:
+    def _give_up(self, state: TuningState, report: InfeasibleReport, diagnosis_report: DiagnosisReport,
+                 window: MetricsSnapshot, best_effort: Proposal | None = None) -> TuningState:
+        """Infeasible: say so and why. A best-effort change (the targets still in reach) is still made, verified
+        like any other while the phase stays Infeasible; with none left, the closest config is restored and the
+        loop rests until the spec or the measured workload changes (`_reopen_if_changed`)."""
         state = state.evolve(phase=Phase.INFEASIBLE, infeasible=report, diagnosis=diagnosis_report,
-                             message=f"infeasible: {report.reason}; needs: {'; '.join(report.needs)}")
+                             message=f"infeasible: {report.reason}; needs: {'; '.join(report.needs)}",
+                             rest_load=_load(window), spec_key=self.problem.key)
+        if best_effort is not None and state.changes_applied < self.problem.tuning.max_iterations:
+            intent = state.evolve(pending=_pending(best_effort, state.current), baseline=window,
+                                  message=f"{state.message}; meanwhile {best_effort.reason}: {best_effort.change}")
+            applied = self._apply_pending(self._save(intent))
+            return applied.evolve(phase=Phase.INFEASIBLE) if applied.pending is not None else applied
         if report.closest != state.current:
             state = self._restore(state, report.closest)
         return state
 
+    def _reopen_if_changed(self, state: TuningState) -> TuningState:
+        """Infeasible and Degraded hold until the spec changes, or (Infeasible) a window shows another workload:
+        request rate, prompt or output lengths, or prefix-cache hit rate moved beyond REOPEN_CHANGE."""
+        if state.spec_key and state.spec_key != self.problem.key:
+            return self._save(self._reopened(state, "the spec changed", same_workload=True))
+        if state.phase is Phase.DEGRADED or state.rest_load is None:
+            return state
+        try:
+            snapshot = self.source.measure(self.problem.tuning.window_s)
+        except WindowOpen as open_window:
+            self.wake_at_s = open_window.ends_at_s
+            return state
+        except MetricsUnavailable:
+            return state
+        if snapshot.num_requests < self.problem.tuning.min_samples:
+            return state
+        change = _load_change(state.rest_load, _load(snapshot))
+        return state if change is None else self._save(self._reopened(state, change, same_workload=False))
+
+    def _reopened(self, state: TuningState, why: str, same_workload: bool) -> TuningState:
+        """Tuning again from the current config: what was tried under the old spec or load may work now."""
+        return state.evolve(phase=Phase.MEASURING, infeasible=None, settled=False, windows_met=0, windows_missed=0,
+                            streak=(), rest_load=None, spec_key="", changes_applied=0, rolled_back_moves=(),
+                            tried_keys=frozenset({state.current.key()}), best=None, best_badness=None,
+                            prepared_replicas=None, baseline=None, first_after=None,
+                            spec_acceptance=state.spec_acceptance if same_workload else None,
+                            message=f"re-opened: {why}")
+
     # -- helpers --------------------------------------------------------------------------------------------------
 
-    def _diagnose(self, state: TuningState, config: RuntimeConfig, snapshot: MetricsSnapshot):
-        diagnosis = diagnose(snapshot, config, self.problem.slo, self._deployment(state), self.problem.workload)
+    def _diagnose(self, state: TuningState, config: RuntimeConfig, snapshot: MetricsSnapshot,
+                  slo: SLOSpec | None = None) -> Diagnosis:
+        diagnosis = diagnose(snapshot, config, slo or self.problem.slo, self._deployment(state), self.problem.workload,
+                             self.problem.tuning, state.spec_acceptance, self.problem.draft_model)
         if not state.speed_ratios:
             return diagnosis
         speed = (f"steps take x{statistics.median(state.speed_ratios):.2f} the profile's time (median of "
@@ -345,7 +427,10 @@ class Tuner:
         return state.speed_ratios if ratio is None else (*state.speed_ratios, ratio)[-SPEED_WINDOWS:]
 
     def _track_best(self, state: TuningState, snapshot: MetricsSnapshot) -> TuningState:
-        score = badness(self.problem.slo, snapshot)
+        """The closest config so far: the least worst observed/target ratio, over the targets still in reach once
+        some are known to be out of it (so best effort on the others counts)."""
+        out_of_reach = state.infeasible.out_of_reach if state.infeasible is not None else ()
+        score = badness(without_targets(self.problem.slo, out_of_reach) or self.problem.slo, snapshot)
         if state.best is None or state.best == state.current or score < (state.best_badness or float("inf")):
             return state.evolve(best=state.current, best_badness=score)
         return state
@@ -366,3 +451,23 @@ def _pending(proposal: Proposal, previous: RuntimeConfig) -> PendingChange:
     return PendingChange(config=proposal.config, previous=previous, knob=proposal.knob, change=proposal.change,
                          reason=proposal.reason, target_metric=proposal.target_metric,
                          target_percentile=proposal.target_percentile, trim=proposal.trim)
+
+
+REOPEN_CHANGE = 0.5  # relative change of the measured load (rate or lengths) that re-opens Infeasible
+REOPEN_HIT_RATE_CHANGE = 0.2  # absolute change of the prefix-cache hit rate that does
+
+
+def _load(snapshot: MetricsSnapshot) -> tuple[float, float, float, float]:
+    return (snapshot.request_rate_per_s, snapshot.mean_prompt_tokens or 0.0, snapshot.mean_generation_tokens or 0.0,
+            snapshot.prefix_cache_hit_rate or 0.0)
+
+
+def _load_change(before: tuple[float, ...], now: tuple[float, ...]) -> str | None:
+    """What changed in the measured workload beyond noise, or None."""
+    names = ("request rate", "mean prompt", "mean output")
+    for name, old, new in zip(names, before[:3], now[:3], strict=True):
+        if old > 0 and not 1 / (1 + REOPEN_CHANGE) <= new / old <= 1 + REOPEN_CHANGE:
+            return f"the measured {name} changed from {old:.1f} to {new:.1f}"
+    if len(before) > 3 and len(now) > 3 and abs(now[3] - before[3]) > REOPEN_HIT_RATE_CHANGE:
+        return f"the prefix-cache hit rate changed from {before[3]:.0%} to {now[3]:.0%}"
+    return None

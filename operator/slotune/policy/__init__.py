@@ -25,7 +25,7 @@ from slotune.diagnosis import Diagnosis, diagnose
 from slotune.knobs import RuntimeConfig
 from slotune.policy.best_effort import capacity_steps, far_overload, roomiest, without_targets
 from slotune.policy.infeasible import infeasible
-from slotune.policy.inputs import Infeasible, PolicyInput, Proposal, Remedy
+from slotune.policy.inputs import Infeasible, PolicyInput, Proposal, Remedy, kv_room
 from slotune.policy.moves import budget_cap, enable_prefix_cache, quantize
 from slotune.policy.remedies import percentile_of, remedies_for
 from slotune.policy.sizing import (
@@ -163,7 +163,7 @@ def _efficiency(given: PolicyInput) -> list[Remedy]:
     # With one replica fewer, each remaining replica runs r / (r - 1) times the batch: raise the limit if it would bind.
     scale = c.replicas / max(c.replicas - 1, 1)
     binds = (s.num_running_mean or 0.0) * scale >= 0.5 * c.max_num_seqs
-    if binds and (s.kv_cache_usage or 0.0) < 0.85 and 2 * c.max_num_seqs <= bounds.max_num_seqs.max:
+    if binds and kv_room(s) and 2 * c.max_num_seqs <= bounds.max_num_seqs.max:
         found.append(Remedy(c.with_changes(max_num_seqs=2 * c.max_num_seqs), Knob.MAX_NUM_SEQS,
                             "room for larger batches per replica"))
     budget = min(2 * c.max_num_batched_tokens, bounds.max_num_batched_tokens.max, budget_cap(given))

@@ -13,6 +13,15 @@ from slotune.slo import SLOSpec
 from slotune.snapshot import LatencyMetric, MetricsSnapshot
 from slotune.workload import WorkloadSpec
 
+# KV cache usage above which a larger batch would preempt (recompute) rather than run: vLLM's block manager starts
+# evicting near full, and a window's mean usage hides peaks above it.
+KV_ROOM_USAGE = 0.85
+
+
+def kv_room(snapshot: MetricsSnapshot) -> bool:
+    """Whether the window left the KV cache room for more sequences."""
+    return (snapshot.kv_cache_usage or 0.0) < KV_ROOM_USAGE
+
 
 @dataclass(frozen=True)
 class Proposal:

@@ -7,7 +7,7 @@ from slotune.api.tuning import Knob
 from slotune.diagnosis import Bottleneck, Diagnosis
 from slotune.perfmodel import capacity
 from slotune.perfmodel.floors import decode_token_s
-from slotune.policy.inputs import PolicyInput, Remedy
+from slotune.policy.inputs import PolicyInput, Remedy, kv_room
 from slotune.policy.moves import (
     budget_cap,
     budget_up,
@@ -93,7 +93,7 @@ def _fallbacks(bottleneck: Bottleneck, given: PolicyInput) -> list[Remedy]:
     c, bounds, s = given.config, given.tuning.bounds, given.snapshot
     first_token = bottleneck in (Bottleneck.CAPACITY, Bottleneck.PREFILL, Bottleneck.PREFIX_CACHE)
     found: list[Remedy] = []
-    roomy = 2 * c.max_num_seqs <= bounds.max_num_seqs.max and (s.kv_cache_usage or 0.0) < 0.85
+    roomy = 2 * c.max_num_seqs <= bounds.max_num_seqs.max and kv_room(s)
     if first_token and roomy and batch_binds(given):
         found.append(Remedy(c.with_changes(max_num_seqs=2 * c.max_num_seqs), Knob.MAX_NUM_SEQS, "more batch headroom"))
     if first_token and 2 * c.max_num_batched_tokens <= min(bounds.max_num_batched_tokens.max, 8192):
@@ -121,10 +121,10 @@ def _capacity(given: PolicyInput) -> list[Remedy]:
     c, s = given.config, given.snapshot
     running, waiting = s.num_running_mean or 0.0, s.num_waiting_mean or 0.0
     remedies: list[Remedy] = []
-    kv_room = (s.kv_cache_usage or 0.0) < 0.85 and s.num_preemptions == 0
+    batch_fits = kv_room(s) and s.num_preemptions == 0
     limit = min(capacity.batch_limit(given.deployment, c, load_of(given), tpot_target(given.slo)),
                 given.tuning.bounds.max_num_seqs.max)
-    if kv_room and batch_binds(given) and 1.5 * c.max_num_seqs <= limit:
+    if batch_fits and batch_binds(given) and 1.5 * c.max_num_seqs <= limit:
         seqs = max(min(2 * c.max_num_seqs, limit), pow2_at_most(limit))
         remedies.append(Remedy(c.with_changes(max_num_seqs=seqs), Knob.MAX_NUM_SEQS,
                          f"queueing with {running:.1f} of {c.max_num_seqs} running and {waiting:.1f} waiting; the "

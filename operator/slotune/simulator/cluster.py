@@ -12,7 +12,7 @@ __all__ = ["Deployment", "SimulationResult", "simulate", "simulate_workload"]
 
 from slotune.knobs import RuntimeConfig, SpeculativeMethod
 from slotune.perfmodel.deployment import Deployment
-from slotune.simulator.replica import ReplicaResult, ReplicaSimulator, RequestRecord, SpeculationModel
+from slotune.simulator.replica import ReplicaResult, ReplicaSimulator, SimulatedRequest, SpeculationModel
 from slotune.simulator.window import build_snapshot
 from slotune.snapshot import MetricsSnapshot
 from slotune.workload import PlannedRequest, WorkloadSpec, plan_requests
@@ -24,7 +24,7 @@ DRAFT_MODEL_COST_PER_TOKEN = 0.1
 @dataclass(frozen=True)
 class SimulationResult:
     snapshot: MetricsSnapshot
-    records: tuple[RequestRecord, ...]
+    records: tuple[SimulatedRequest, ...]
 
 
 def simulate(deployment: Deployment, config: RuntimeConfig, requests: list[PlannedRequest],

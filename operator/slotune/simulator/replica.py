@@ -22,7 +22,7 @@ from slotune.workload import PlannedRequest
 
 
 @dataclass(frozen=True)
-class RequestRecord:
+class SimulatedRequest:
     """The timeline of one simulated request, in seconds since the window started."""
 
     arrival_s: float
@@ -36,7 +36,7 @@ class RequestRecord:
 
 @dataclass(frozen=True)
 class ReplicaResult:
-    records: tuple[RequestRecord, ...]
+    records: tuple[SimulatedRequest, ...]
     num_failed: int
     itl_gaps_s: tuple[tuple[float, int], ...]  # (gap, number of output events with that gap)
     busy_s: float
@@ -102,7 +102,7 @@ class ReplicaSimulator:
         self.waiting: deque[_Seq] = deque()
         self.running: list[_Seq] = []
         self.cached_groups: dict[int, int] = {}  # prefix group -> cached tokens
-        self.records: list[RequestRecord] = []
+        self.records: list[SimulatedRequest] = []
         self.itl: dict[float, int] = {}
         self.num_failed = self.num_preemptions = self.prefix_queries = self.prefix_hits = 0
         self.busy_s = self.running_seq_s = self.waiting_seq_s = self.kv_token_s = 0.0
@@ -273,5 +273,5 @@ class ReplicaSimulator:
             self.running.remove(seq)
             r = seq.request
             assert seq.first_scheduled_s is not None and seq.first_token_s is not None
-            self.records.append(RequestRecord(r.arrival_s, seq.first_scheduled_s, seq.first_token_s, self.now_s,
+            self.records.append(SimulatedRequest(r.arrival_s, seq.first_scheduled_s, seq.first_token_s, self.now_s,
                                               r.prompt_tokens, r.output_tokens, seq.cached))

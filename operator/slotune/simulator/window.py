@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from slotune.knobs import RuntimeConfig
-from slotune.simulator.replica import ReplicaResult, RequestRecord
+from slotune.simulator.replica import ReplicaResult, SimulatedRequest
 from slotune.snapshot import Histogram, LatencySummary, MetricsSnapshot, Source
 from slotune.workload import PlannedRequest
 
@@ -50,7 +50,7 @@ def build_snapshot(results: Sequence[ReplicaResult], requests: Sequence[PlannedR
     )
 
 
-def tpot_ms(record: RequestRecord) -> float:
+def tpot_ms(record: SimulatedRequest) -> float:
     return (record.finish_s - record.first_token_s) / (record.output_tokens - 1) * 1000.0
 
 

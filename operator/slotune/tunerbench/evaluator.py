@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from slotune.knobs import RuntimeConfig
 from slotune.loop.tuner import badness
 from slotune.simulator.cluster import SimulationResult, simulate
-from slotune.simulator.replica import RequestRecord
+from slotune.simulator.replica import SimulatedRequest
 from slotune.simulator.window import tpot_ms
 from slotune.slo import SLOSpec
 from slotune.snapshot import MetricsSnapshot
@@ -108,7 +108,7 @@ class Evaluator:
         return Evaluation(config, True, met, good if met else 0.0, worst, results[0].snapshot)
 
 
-def _meets(record: RequestRecord, slo: SLOSpec) -> bool:
+def _meets(record: SimulatedRequest, slo: SLOSpec) -> bool:
     ttft = (record.first_token_s - record.arrival_s) * 1000.0
     e2e = (record.finish_s - record.arrival_s) * 1000.0
     tpot = tpot_ms(record) if record.output_tokens > 1 else 0.0

@@ -92,6 +92,7 @@ class GPUNode:
     product: str
     gpus: int = 8
     memory_mib: int = 81559
+    pods: int = 110  # the kubelet's default; the scale benchmark needs room for a thousand
 
     def manifest(self) -> dict:
         labels = {
@@ -104,7 +105,7 @@ class GPUNode:
             "nvidia.com/gpu.count": str(self.gpus),
             "nvidia.com/gpu.memory": str(self.memory_mib),
         }
-        resources = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(self.gpus)}
+        resources = {"cpu": "64", "memory": "512Gi", "pods": str(self.pods), "nvidia.com/gpu": str(self.gpus)}
         return {
             "apiVersion": "v1",
             "kind": "Node",

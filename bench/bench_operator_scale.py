@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "hack"))
 
 import kwok_cluster  # noqa: E402  (hack/ is scripts, not a package)
-from tests.e2e.harness.kube import install_tunedmodel_crd  # noqa: E402
+from tests.e2e.harness.kube import install_tunedmodel_crd, wait_for_progress  # noqa: E402
 from tests.e2e.harness.operator import OperatorProcess  # noqa: E402
 from tests.harness.fleet import FleetExporter, fleet_tunedmodel  # noqa: E402
 from tests.harness.ports import free_port  # noqa: E402
@@ -165,20 +165,6 @@ def operator_rss_mib(pid: int) -> float:
     return 0.0
 
 
-def wait_until(check: Any, stall_s: float, what: str) -> None:
-    """Until check() reaches its goal (it returns (progress, goal)); give up only after no progress for stall_s."""
-    best, since = -1, time.monotonic()
-    while True:
-        progress, goal = check()
-        if progress >= goal:
-            return
-        if progress > best:
-            best, since = progress, time.monotonic()
-        elif time.monotonic() - since > stall_s:
-            raise RuntimeError(f"{what}: stuck at {progress}/{goal} for {stall_s:.0f} s")
-        time.sleep(2.0)
-
-
 def run_count(cluster: kwok_cluster.Cluster, n: int, window_s: float, workdir: Path) -> dict[str, Any]:
     namespace = f"scale-{n}"
     cluster.kubectl("create", "namespace", namespace)
@@ -208,13 +194,13 @@ def run_count(cluster: kwok_cluster.Cluster, n: int, window_s: float, workdir: P
 
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(create, names))
-        wait_until(lambda: (len(watcher.deployments), n), 300, "Deployments")
+        wait_for_progress(lambda: len(watcher.deployments), n, 300, "Deployments", interval_s=2.0)
 
-        def measured() -> tuple[int, int]:
+        def measured() -> int:
             items = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
-            return sum(1 for tm in items if ((tm.get("status") or {}).get("iteration") or 0) >= 1), n
+            return sum(1 for tm in items if ((tm.get("status") or {}).get("iteration") or 0) >= 1)
 
-        wait_until(measured, 3 * window_s, "a measured window each")
+        wait_for_progress(measured, n, max(3 * window_s, 120), "a measured window each", interval_s=2.0)
         before = scrape(operator_url), scrape(f"{prometheus.url}/metrics"), apiserver_requests(cluster)
         cpu_before, steady_started = operator_cpu_s(pid), time.monotonic()
         time.sleep(STEADY_WINDOWS * window_s)
@@ -227,7 +213,8 @@ def run_count(cluster: kwok_cluster.Cluster, n: int, window_s: float, workdir: P
         for name in sample:
             custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
             deleted_at[name] = time.time()
-        wait_until(lambda: (sum(1 for s in sample if s in watcher.deleted), len(sample)), 60, "deletions")
+        wait_for_progress(lambda: sum(1 for s in sample if s in watcher.deleted), len(sample), 60, "deletions",
+                          interval_s=0.2)
         stop_started = time.monotonic()
         os.killpg(pid, signal.SIGTERM)
         operator.process.wait(timeout=120)

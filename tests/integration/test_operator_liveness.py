@@ -5,6 +5,7 @@ the real API server and fetches the endpoint."""
 from __future__ import annotations
 
 import json
+import os
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+import kwok_cluster
 from tests.e2e.harness.kube import install_tunedmodel_crd, wait_for
 from tests.e2e.harness.operator import OperatorProcess
 from tests.harness.ports import free_port
@@ -88,14 +90,23 @@ def test_rbac_that_forbids_listing_tunedmodels_is_named(unprivileged_kubeconfig,
         assert "forbidden" in found["problems"][0]
 
 
-def test_missing_crd_is_named(kube, tmp_path, url) -> None:
-    # The CRD goes for this test only and comes back after it, for the tests that follow in the same session.
-    kube.kubectl("delete", "crd", CRD, "--ignore-not-found", "--timeout=60s")
+@pytest.fixture
+def bare_cluster() -> Iterator[kwok_cluster.Cluster]:
+    """A control plane of this test's own, where the TunedModel CRD was never installed. (Deleting the session's
+    CRD instead deletes every other test's TunedModels, and hangs on the finalizers of those whose operator is gone:
+    under load it timed out and left the CRD terminating for every test after it.)"""
+    cluster = kwok_cluster.Cluster(f"slotune-bare-{os.getpid()}", kwok_cluster.DEFAULT_WORKDIR,
+                                   kwok_cluster.binaries())
     try:
-        with operator(kube.kubeconfig, tmp_path, url, SLOTUNE_PEERING="") as process:
-            liveness(process, url, f"the TunedModel CRD ({CRD}) is not installed")
+        cluster.up()
+        yield cluster
     finally:
-        install_tunedmodel_crd(kube)
+        cluster.down()
+
+
+def test_missing_crd_is_named(bare_cluster, tmp_path, url) -> None:
+    with operator(bare_cluster.kubeconfig, tmp_path, url, SLOTUNE_PEERING="") as process:
+        liveness(process, url, f"the TunedModel CRD ({CRD}) is not installed")
 
 
 def test_a_serving_operator_says_so(kube, crd, tmp_path, url) -> None:

@@ -111,17 +111,9 @@ class Tuner:
         if self.clock() < state.cooldown_until_s:
             self.wake_at_s = state.cooldown_until_s
             return state
-        try:
-            snapshot = self.source.measure(self.problem.tuning.window_s)
-        except WindowOpen as open_window:
-            self.wake_at_s = open_window.ends_at_s
-            return state
-        except MetricsUnavailable as error:
-            return self._save(state.evolve(metrics_available=False,
-                                           message=f"metrics unavailable, keeping the current config: {error}"))
-        served = self.backend.apply(state.running)
-        if not served.ok or served.changed:
-            return self._save(self._drifted(state, served))
+        snapshot = self._window(state)
+        if isinstance(snapshot, TuningState):
+            return snapshot
         if snapshot.num_requests < self.problem.tuning.min_samples:
             return self._save(state.evolve(metrics_available=True, message=(
                 f"window has {snapshot.num_requests} requests, fewer than minSamples "
@@ -181,6 +173,22 @@ class Tuner:
             return self._save(state.evolve(rollout=None, phase=Phase.DEGRADED, message=(
                 f"rollback to {config.describe()} failed: {result.reason}")))
         return self._save(state.evolve(rollout=None, message=f"running {config.describe()} again"))
+
+    def _window(self, state: TuningState) -> MetricsSnapshot | TuningState:
+        """The window that just ended, read only if every replica ran the state's running config through it; else
+        the state to return (window still open, no metrics, or a replica that drifted)."""
+        try:
+            snapshot = self.source.measure(self.problem.tuning.window_s)
+        except WindowOpen as open_window:
+            self.wake_at_s = open_window.ends_at_s
+            return state
+        except MetricsUnavailable as error:
+            return self._save(state.evolve(metrics_available=False,
+                                           message=f"metrics unavailable, keeping the current config: {error}"))
+        served = self.backend.apply(state.running)
+        if not served.ok or served.changed:
+            return self._save(self._drifted(state, served))
+        return snapshot
 
     def _drifted(self, state: TuningState, served: ApplyResult) -> TuningState:
         """After a window, the backend found replicas not running the config the state calls running."""
@@ -382,13 +390,9 @@ class Tuner:
             return self._save(self._reopened(state, "the spec changed", same_workload=True))
         if state.phase is Phase.DEGRADED or state.rest_load is None:
             return state
-        try:
-            snapshot = self.source.measure(self.problem.tuning.window_s)
-        except WindowOpen as open_window:
-            self.wake_at_s = open_window.ends_at_s
-            return state
-        except MetricsUnavailable:
-            return state
+        snapshot = self._window(state)
+        if isinstance(snapshot, TuningState):
+            return snapshot
         if snapshot.num_requests < self.problem.tuning.min_samples:
             return state
         change = _load_change(state.rest_load, _load(snapshot))

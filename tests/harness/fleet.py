@@ -15,10 +15,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
 from tests.harness.prometheus import Target
-from tests.unit.metrics_fake_vllm import FakeVllm
+from tests.unit.metrics_fake_vllm import FakeVllm, send_text_format
 
 
 def fleet_tunedmodel(name: str, namespace: str, window_s: float) -> dict[str, Any]:
@@ -104,12 +102,7 @@ class FleetExporter:
                 if member is None:
                     self.send_error(404)
                     return
-                body = generate_latest(member.server.registry)
-                self.send_response(200)
-                self.send_header("Content-Type", CONTENT_TYPE_LATEST)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                send_text_format(self, member.server.registry)
 
             def log_message(self, *_: object) -> None:
                 pass

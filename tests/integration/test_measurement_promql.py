@@ -14,7 +14,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import numpy as np
 import pytest
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from slotune.metrics.exposition import Exposition
 from slotune.metrics.names import names_for
@@ -23,24 +22,16 @@ from slotune.metrics.scrape import readings_from_scrapes
 from slotune.metrics.window import MetricsUnavailable, UnavailableReason
 from slotune.snapshot import LatencyMetric, MetricsSnapshot, Source
 from tests.harness.ports import free_port
-from tests.unit.metrics_fake_vllm import FakeVllm
+from tests.unit.metrics_fake_vllm import FakeVllm, send_text_format
 
 SCRAPE_INTERVAL_S = 0.5
 LABELS = {"namespace": "serving", "deployment": "chat"}
 
 
 def _text_format_handler(server: FakeVllm) -> type[BaseHTTPRequestHandler]:
-    """Always the classic text format: prometheus_client 0.26 escapes ':' to '_' in sample names when Prometheus
-    negotiates OpenMetrics, which would rename every vllm: metric (the runtime must serve text format too)."""
-
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            body = generate_latest(server.registry)
-            self.send_response(200)
-            self.send_header("Content-Type", CONTENT_TYPE_LATEST)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            send_text_format(self, server.registry)
 
         def log_message(self, *_: object) -> None:
             pass

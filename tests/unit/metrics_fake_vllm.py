@@ -5,7 +5,9 @@ Used where the test is about reading metrics (parsing, differencing, PromQL), no
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from http.server import BaseHTTPRequestHandler
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10, 20, 40, 80,
                   160, 640, 2560)
@@ -60,3 +62,18 @@ class FakeVllm:
 
     def text(self) -> str:
         return generate_latest(self.registry).decode()
+
+
+def send_text_format(handler: BaseHTTPRequestHandler, registry: CollectorRegistry) -> None:
+    """Answer a scrape in the classic text format: prometheus_client 0.26 escapes ':' to '_' in sample names when
+    Prometheus negotiates OpenMetrics, which would rename every vllm: metric (the runtime serves text format too).
+    A scraper that gave up meanwhile (a broken pipe) is nobody's fault to report."""
+    body = generate_latest(registry)
+    try:
+        handler.send_response(200)
+        handler.send_header("Content-Type", CONTENT_TYPE_LATEST)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+    except (BrokenPipeError, ConnectionResetError):
+        pass

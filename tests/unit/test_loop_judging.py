@@ -50,6 +50,21 @@ def test_converged_states_the_margin():
     assert "confidence" in state.message and "margin +" in state.message
 
 
+def test_windows_too_small_to_bound_converge_by_point_estimate_and_say_so():
+    """30 requests a window never bound a P99 at 80% (that takes 161), even pooled: the loop converges on the point
+    estimates after its extra windows, and the status does not claim a confidence it does not have."""
+    light = WorkloadSpec(profile=Profile.CHAT, request_rate_per_s=2)
+    world = SimulatedDeployment(H100, light, requests_per_window=30)
+    slo = SLOSpec.model_validate({"ttft": {"p99": 5000}, "tpot": {"p99": 200}})
+    tuning = TUNING.model_copy(update={"min_samples": 20})
+    tuner = Tuner(TuningProblem(slo, tuning, H100, RuntimeConfig(max_num_seqs=64), light), world, world,
+                  MemoryStateStore())
+    state = tuner.run(max_windows=8)
+    assert state.phase is Phase.CONVERGED
+    assert "by point estimate for ttft_p99, tpot_p99" in state.message
+    assert "with 80% confidence" not in state.message
+
+
 def test_infeasible_keeps_improving_the_targets_in_reach():
     """TPOT below every allowed config's floor on an L4; TTFT queues behind a batch limit of 4. Infeasible at once,
     then best effort raises the batch: the closest config reported meets the TTFT target."""

@@ -229,8 +229,12 @@ class Tuner:
                                 message=f"every SLO target holds ({met} window(s), confirming): {margins}")
         if all(b.holds or b.upper_ms is None for b in found):  # None: windows too small to bound, even pooled
             diagnosis = self._diagnose(state, state.current, snapshot).report()
+            unbounded = [b.target.name for b in found if b.upper_ms is None]
+            claim = (f"with {CONFIDENCE:.0%} confidence" if not unbounded else
+                     f"in {met} windows, by point estimate for {', '.join(unbounded)} (too few requests to bound "
+                     f"at {CONFIDENCE:.0%} confidence)")
             state = state.evolve(phase=Phase.CONVERGED, diagnosis=diagnosis,
-                                 message=f"every SLO target holds with {CONFIDENCE:.0%} confidence: {margins}")
+                                 message=f"every SLO target holds {claim}: {margins}")
             return self._trim(state, snapshot)
         pooled = functools.reduce(pool, streak)
         tight = tightened(self.problem.slo, found)

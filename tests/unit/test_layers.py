@@ -31,7 +31,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
     {"loop"},
     {"policy"},
     {"diagnosis", "verification", "slo_bound"},
-    {"perfmodel", "resources", "admission", "metrics", "loadgen"},
+    {"perfmodel", "resources", "admission", "metrics", "loadgen", "quality"},
     {"api"},
     {"knobs", "settings", "slo", "snapshot", "workload"},
 ))

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from slotune.api.quality import QualitySpec
 from slotune.api.rules import RULE_ERROR, ApiModel, Rule
 from slotune.api.tuning import REPLICAS, Knob, TuningMode, TuningSpec
 from slotune.knobs import Engine, KVCacheDtype, RuntimeConfig, SpeculativeMethod
@@ -175,6 +176,10 @@ class TunedModelSpec(ApiModel):
         default=None, description="Expected traffic: replayed in benchmark mode, the simulator's prior otherwise.",
     )
     tuning: TuningSpec = Field(default=TuningSpec(), description="Which knobs slotune may change, within what bounds.")
+    quality: QualitySpec = Field(
+        default=QualitySpec(), description="How far a change that can alter outputs (quantization, fp8 KV cache, "
+        "speculation) may move them, measured on a fixed probe set before it is kept.",
+    )
     replicas: int = Field(default=1, ge=1, le=REPLICAS.maximum, description="Runtime replicas to start with.")
 
     RULES = (

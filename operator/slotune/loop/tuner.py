@@ -42,10 +42,11 @@ from slotune.policy import (
     propose_trim,
 )
 from slotune.policy.best_effort import without_targets
+from slotune.quality.gate import QualityProbe
 from slotune.slo import SLOSpec
 from slotune.slo_bound import CONFIDENCE, bounds, pool, tightened
 from slotune.snapshot import MetricsSnapshot
-from slotune.verification import verify
+from slotune.verification import Verification, verify
 from slotune.workload import WorkloadSpec
 
 RETUNE_AFTER_MISSED_WINDOWS = 2
@@ -90,8 +91,9 @@ def badness(slo: SLOSpec, snapshot: MetricsSnapshot) -> float:
 
 class Tuner:
     def __init__(self, problem: TuningProblem, backend: Backend, source: MeasurementSource, store: StateStore,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, quality: QualityProbe | None = None) -> None:
         self.problem, self.backend, self.source, self.store, self.clock = problem, backend, source, store, clock
+        self.quality = quality  # judges changes that can alter outputs (slotune.quality); None: latency alone
         self.wake_at_s: float | None = None  # when the last step expects the next one to have work (None: soon)
 
     # -- public ---------------------------------------------------------------------------------------------------
@@ -308,6 +310,8 @@ class Tuner:
     def _apply_pending(self, state: TuningState) -> TuningState:
         pending = state.pending
         assert pending is not None
+        if self.quality is not None:  # its reference is recorded while the previous config still serves
+            self.quality.before(pending.previous, pending.config)
         result = self.backend.apply(pending.config)
         if result.in_progress:  # stays an unapplied intent: the next step asks the backend again
             return state.evolve(message=f"rolling out {pending.change}: {result.reason}")
@@ -329,6 +333,7 @@ class Tuner:
         judged = without_targets(self.problem.slo, out_of_reach) or self.problem.slo  # best effort: what is in reach
         verdict = verify(baseline, snapshot, pending.target_metric, pending.target_percentile, judged,
                          costs_nothing=costs_nothing(pending.previous, pending.config), earlier_after=state.first_after)
+        verdict = self._with_quality(verdict, pending)
         if pending.trim:
             met = self.problem.slo.is_met(snapshot)
             if met and state.first_after is None and self.problem.tuning.convergence_windows > 1:
@@ -361,6 +366,16 @@ class Tuner:
                     state.evolve(baseline=None)), False
         # The baseline window still describes the restored config: decide the next change from it right away.
         return self._decide(state.evolve(baseline=None), baseline), False
+
+    def _with_quality(self, verdict: Verification, pending: PendingChange) -> Verification:
+        """A change that can alter outputs is kept only if the quality gate holds as well; one that breaks it is
+        rolled back at once (a quality regression, never inconclusive), its numbers in the history."""
+        quality = self.quality.check(pending.previous, pending.config) if self.quality is not None else None
+        if quality is None:
+            return verdict
+        if not quality.keep:
+            return replace(verdict, keep=False, reason=quality.reason, regressions=(*verdict.regressions, "quality"))
+        return replace(verdict, reason=f"{verdict.reason}; {quality.reason}")
 
     def _restore(self, state: TuningState, config: RuntimeConfig) -> TuningState:
         result = self.backend.apply(config)

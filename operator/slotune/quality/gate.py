@@ -1,0 +1,137 @@
+"""The quality gate the tuning loop consults around a change that can alter the model's outputs.
+
+`QualityProbe` is what the `Tuner` calls (as it calls a backend and a measurement source): `before` while the
+previous config still serves, `check` once the candidate serves. `QualityGate` implements it against any engine's
+OpenAI endpoint: it records the probe set's answers on the running config (the reference) before the change is
+applied, records them again on the candidate, compares (`compare.py`) and holds the result to `spec.quality`.
+It fails closed: a change whose quality could not be measured (a failed probe request, a reference lost to a
+restart of the process) is not kept. References can be kept in a directory, so a resumed local run still has them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from slotune.api.quality import QualitySpec
+from slotune.knobs import KVCacheDtype, Quantization, RuntimeConfig
+from slotune.quality.compare import QualityMeasurement, compare
+from slotune.quality.probe_set import PROBE_SET_VERSION
+from slotune.quality.record import QualityRecord, RecordFailed, record
+
+
+@dataclass(frozen=True)
+class QualityVerdict:
+    keep: bool
+    reason: str  # the numbers against their bounds, or why nothing could be measured
+    measurement: QualityMeasurement | None = None
+
+
+class QualityProbe(Protocol):
+    def before(self, previous: RuntimeConfig, config: RuntimeConfig) -> None:
+        """Called while `previous` serves, before `config` is applied: record what the gate needs to judge it."""
+        ...
+
+    def check(self, previous: RuntimeConfig, config: RuntimeConfig) -> QualityVerdict | None:
+        """Called while `config` serves: the verdict on its outputs, or None for a change that cannot alter them."""
+        ...
+
+
+def alters_outputs(previous: RuntimeConfig, config: RuntimeConfig) -> bool:
+    """A move away from the model's own outputs: quantizing weights, an fp8 KV cache, or speculation turned on or
+    changed. Speculation is lossless in principle, which is why allowQualityChange does not forbid it; the gate
+    checks that the engine keeps it so (verification in another batch shape, another kernel) on the greedy path."""
+    return ((config.quantization is not Quantization.NONE and config.quantization != previous.quantization)
+            or (config.kv_cache_dtype is not KVCacheDtype.AUTO and config.kv_cache_dtype != previous.kv_cache_dtype)
+            or (config.speculative is not None and config.speculative != previous.speculative))
+
+
+@dataclass(frozen=True)
+class QualityCheck:
+    """One judged change, for reports: from which config to which, and what was measured."""
+
+    previous: RuntimeConfig
+    config: RuntimeConfig
+    verdict: QualityVerdict
+
+
+Recorder = Callable[[Sequence[str], str, int], QualityRecord]
+
+
+class QualityGate:
+    """A `QualityProbe` over the OpenAI endpoints `urls()` returns (the replicas serving now)."""
+
+    def __init__(self, spec: QualitySpec, urls: Callable[[], Sequence[str]], model: str,
+                 store_dir: Path | None = None, recorder: Recorder = record) -> None:
+        self.spec, self.urls, self.model, self.store_dir, self.recorder = spec, urls, model, store_dir, recorder
+        self._references: dict[str, QualityRecord | str] = {}  # config key -> record, or why none was taken
+        self._verdicts: dict[tuple[str, str], QualityVerdict] = {}
+        self.checks: list[QualityCheck] = []  # every verdict given, oldest first
+
+    def before(self, previous: RuntimeConfig, config: RuntimeConfig) -> None:
+        if not self.spec.enabled or not alters_outputs(previous, config):
+            return
+        if isinstance(self._reference(previous), QualityRecord):
+            return  # recorded for an earlier change from the same config
+        try:
+            reference: QualityRecord | str = self.recorder(self.urls(), self.model, self.spec.probe_max_tokens)
+        except RecordFailed as error:
+            reference = str(error)
+        self._references[previous.key()] = reference
+        if isinstance(reference, QualityRecord) and self.store_dir is not None:
+            self.store_dir.mkdir(parents=True, exist_ok=True)
+            self._path(previous).write_text(reference.model_dump_json())
+
+    def check(self, previous: RuntimeConfig, config: RuntimeConfig) -> QualityVerdict | None:
+        if not self.spec.enabled or not alters_outputs(previous, config):
+            return None
+        key = (previous.key(), config.key())
+        if key not in self._verdicts:  # a verdict waiting on one more latency window is not measured twice
+            self._verdicts[key] = verdict = self._judge(previous)
+            self.checks.append(QualityCheck(previous, config, verdict))
+        return self._verdicts[key]
+
+    def _judge(self, previous: RuntimeConfig) -> QualityVerdict:
+        reference = self._reference(previous)
+        if not isinstance(reference, QualityRecord):
+            why = reference or "no reference was recorded before the change (the process restarted)"
+            return QualityVerdict(False, f"quality not measured: {why}")
+        try:
+            candidate = self.recorder(self.urls(), self.model, self.spec.probe_max_tokens)
+        except RecordFailed as error:
+            return QualityVerdict(False, f"quality not measured: {error}")
+        measured = compare(reference, candidate)
+        broken = self._broken(measured)
+        if broken:
+            return QualityVerdict(False, f"quality: {'; '.join(broken)} ({measured.describe()})", measured)
+        return QualityVerdict(True, f"quality holds: {measured.describe()}", measured)
+
+    def _broken(self, measured: QualityMeasurement) -> list[str]:
+        spec = self.spec
+        broken = []
+        if measured.token_agreement < spec.min_token_agreement:
+            broken.append(f"token agreement {measured.token_agreement:.2f} < minTokenAgreement "
+                          f"{spec.min_token_agreement:g}")
+        if measured.top1_agreement < spec.min_top1_agreement:
+            broken.append(f"top-1 agreement {measured.top1_agreement:.3f} < minTop1Agreement "
+                          f"{spec.min_top1_agreement:g}")
+        if measured.mean_kl > spec.max_mean_kl:
+            broken.append(f"mean KL {measured.mean_kl:.4f} > maxMeanKl {spec.max_mean_kl:g}")
+        return broken
+
+    def _reference(self, previous: RuntimeConfig) -> QualityRecord | str | None:
+        found = self._references.get(previous.key())
+        if found is None and self.store_dir is not None and self._path(previous).exists():
+            found = self._references[previous.key()] = QualityRecord.model_validate_json(
+                self._path(previous).read_text())
+        if isinstance(found, QualityRecord) and (found.max_tokens, found.probe_set_version) != (
+                self.spec.probe_max_tokens, PROBE_SET_VERSION):
+            return None
+        return found
+
+    def _path(self, config: RuntimeConfig) -> Path:
+        assert self.store_dir is not None
+        return self.store_dir / f"reference-{hashlib.sha256(config.key().encode()).hexdigest()[:16]}.json"

@@ -13,6 +13,14 @@ over 16 windows of one workload). Across two or more windows the bound is theref
 prediction bound for the next window's percentile from the streak's: mean + t(c, n - 1) * sd * sqrt(1 + 1/n)
 (the Student-t prediction interval for a new observation; Hahn & Meeker s.4.4), and the larger of the two decides.
 Requests that failed count as above every target. The margin is how far the bound sits under the target.
+
+A target judged by attainment (slo.attainment: a share of requests within it) is bounded from the counts: the
+Clopper-Pearson lower bound of the share within (the exact binomial bound: the p with P(Binomial(n, p) >= x) = 1 - c;
+Clopper & Pearson 1934) must reach the required share. That is the same verdict as the order-statistic bound of the
+quantile at the required share against the target (x >= k exactly when that bound holds), read without interpolation
+when an edge sits at the target; with no edge there, the count at the lower edge of the target's bucket is used, so
+the bound stays conservative. Across windows the lower one-sided Student-t prediction bound of the per-window shares
+also counts, as for percentiles.
 """
 
 from __future__ import annotations
@@ -25,10 +33,27 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy import stats
 
-from slotune.slo import SLOSpec, SLOTarget
+from slotune.slo import Attained, SLOSpec, SLOTarget, attained
 from slotune.snapshot import LatencySummary, MetricsSnapshot
 
 CONFIDENCE = 0.8  # one-sided: a config that misses with 20% odds per bound is re-tried, not declared converged
+
+
+@dataclass(frozen=True)
+class AttainmentBound:
+    """The share of requests within a target judged by attainment, over the streak pooled."""
+
+    required: float
+    attained: Attained
+    lower: float  # lower confidence bound of the share within
+
+    @property
+    def holds(self) -> bool:
+        return self.lower >= self.required
+
+    def describe(self) -> str:
+        return (f"{self.attained.describe()} {self.attained.total} requests, bound {self.lower:.2%} at "
+                f"{CONFIDENCE:.0%} vs {self.required:.2%} required")
 
 
 @dataclass(frozen=True)
@@ -36,10 +61,15 @@ class TargetBound:
     target: SLOTarget
     observed_ms: float | None  # the point estimate
     upper_ms: float | None  # the upper confidence bound; None: too few samples to bound this percentile
+    attainment: AttainmentBound | None = None  # set when slo.attainment judges this target
 
     @property
     def holds(self) -> bool:
-        return self.upper_ms is not None and self.upper_ms <= self.target.target_ms
+        if self.upper_ms is None:
+            return False
+        if self.attainment is not None:
+            return self.attainment.holds
+        return self.upper_ms <= self.target.target_ms
 
     @property
     def margin(self) -> float | None:
@@ -47,6 +77,8 @@ class TargetBound:
         return None if self.upper_ms is None else 1.0 - self.upper_ms / self.target.target_ms
 
     def describe(self) -> str:
+        if self.attainment is not None:
+            return f"{self.target.name} {self.target.target_ms:g} ms: {self.attainment.describe()}"
         if self.upper_ms is None:
             return f"{self.target.name}: too few samples to bound"
         return (f"{self.target.name} {self.observed_ms or 0:.1f} ms, bound {self.upper_ms:.1f} ms at "
@@ -64,7 +96,7 @@ def order_statistic_rank(n: int, percentile: float, confidence: float = CONFIDEN
     return k if k <= n else None
 
 
-def upper_bound_ms(summary: LatencySummary, percentile: int, failed: int = 0,
+def upper_bound_ms(summary: LatencySummary, percentile: float, failed: int = 0,
                    confidence: float = CONFIDENCE) -> float | None:
     """Upper confidence bound of the percentile; `failed` requests count as infinitely slow."""
     if summary.samples_ms:
@@ -93,6 +125,12 @@ def bounds(slo: SLOSpec, windows: Sequence[MetricsSnapshot], confidence: float =
     failed = pooled.num_failed_requests
     found = []
     for t in slo.targets():
+        required = slo.required(t)
+        judged = attainment_bound(t, required, windows, pooled, confidence) if required is not None else None
+        if judged is not None:
+            upper = upper_bound_ms(pooled.latency(t.metric), required * 100.0, failed, confidence)
+            found.append(TargetBound(t, pooled.latency(t.metric).at(t.percentile), upper, judged))
+            continue
         upper = upper_bound_ms(pooled.latency(t.metric), t.percentile, failed, confidence)
         per_window = [w.latency(t.metric).at(t.percentile) for w in windows]
         predicted = prediction_bound([v for v in per_window if v is not None], confidence)
@@ -100,6 +138,28 @@ def bounds(slo: SLOSpec, windows: Sequence[MetricsSnapshot], confidence: float =
             upper = max(upper, predicted)
         found.append(TargetBound(t, pooled.latency(t.metric).at(t.percentile), upper))
     return found
+
+
+def attainment_bound(target: SLOTarget, required: float, windows: Sequence[MetricsSnapshot],
+                     pooled: MetricsSnapshot, confidence: float = CONFIDENCE) -> AttainmentBound | None:
+    """The share within `target` over the windows pooled and its lower bound; None without per-request evidence."""
+    found = attained(pooled.latency(target.metric), target.target_ms, pooled.num_failed_requests)
+    if found is None:
+        return None
+    lower = share_lower_bound(round(found.within_low), found.total, confidence)
+    shares = [a.fraction for w in windows
+              if (a := attained(w.latency(target.metric), target.target_ms, w.num_failed_requests)) is not None]
+    predicted = prediction_bound([-share for share in shares], confidence)  # the lower bound, mirrored
+    if predicted is not None:
+        lower = min(lower, -predicted)
+    return AttainmentBound(required, found, lower)
+
+
+def share_lower_bound(within: int, total: int, confidence: float = CONFIDENCE) -> float:
+    """One-sided Clopper-Pearson lower confidence bound of a binomial proportion `within / total`."""
+    if within <= 0 or total <= 0:
+        return 0.0
+    return float(stats.beta.ppf(1.0 - confidence, within, total - within + 1))
 
 
 def prediction_bound(values: Sequence[float], confidence: float = CONFIDENCE) -> float | None:

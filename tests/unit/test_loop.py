@@ -190,14 +190,27 @@ def test_converged_does_not_flap_on_a_to_a_windows():
 
 
 def test_one_bad_window_after_convergence_does_not_retune_but_two_do():
+    """The same load served slower (an L4's step times for a while): no workload shift, so hysteresis applies."""
+    world = _world()
+    tuner = Tuner(_problem(start=RuntimeConfig(max_num_seqs=128)), world, world, MemoryStateStore())
+    assert tuner.run(max_windows=10).phase is Phase.CONVERGED
+    world.deployment = L4
+    state = tuner.step()
+    assert state.phase is Phase.CONVERGED and state.windows_missed == 1
+    state = tuner.step()
+    assert state.phase in (Phase.VERIFYING, Phase.TUNING, Phase.INFEASIBLE)
+    assert not any(h.verdict is Verdict.WORKLOAD_SHIFT for h in state.history)
+
+
+def test_a_load_jump_after_convergence_is_a_workload_shift_acted_on_at_once():
     world = _world()
     tuner = Tuner(_problem(start=RuntimeConfig(max_num_seqs=128)), world, world, MemoryStateStore())
     assert tuner.run(max_windows=10).phase is Phase.CONVERGED
     world.workload = WorkloadSpec(profile=Profile.CHAT, request_rate_per_s=200)  # the load jumps 10x
     state = tuner.step()
-    assert state.phase is Phase.CONVERGED and state.windows_missed == 1
-    state = tuner.step()
     assert state.phase in (Phase.VERIFYING, Phase.TUNING, Phase.INFEASIBLE)
+    shift = next(h for h in state.history if h.verdict is Verdict.WORKLOAD_SHIFT)
+    assert "request rate" in shift.reason and "tuning resumes" in shift.detail
 
 
 def test_max_iterations_reached_is_reported_with_the_best_config():

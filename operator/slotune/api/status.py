@@ -52,6 +52,7 @@ class Verdict(StrEnum):
     KEPT = "Kept"
     ROLLED_BACK = "RolledBack"
     FAILED = "Failed"
+    WORKLOAD_SHIFT = "WorkloadShift"
 
 
 class Condition(ApiModel):
@@ -78,6 +79,25 @@ class Percentiles(ApiModel):
         return cls(p50_ms=summary.p50_ms, p95_ms=summary.p95_ms, p99_ms=summary.p99_ms)
 
 
+class TargetAttainment(ApiModel):
+    """The share of one window's requests within one latency target, counted rather than interpolated."""
+
+    target: str = Field(max_length=32, description="The target, e.g. ttft_p99.")
+    target_ms: float = Field(ge=0, description="The target, in milliseconds.")
+    required: float = Field(ge=0, le=1, description="The share that must be within it: spec.slo.attainment for "
+                            "each metric's loosest target, else the percentile's (0.95 for a p95 target).")
+    attained: float = Field(ge=0, le=1, description="The share of requests within the target (failed ones "
+                            "count as outside).")
+    lower_bound: float | None = Field(default=None, ge=0, le=1, description="Lower confidence bound of that "
+                                      "share (exact binomial, one-sided, at the loop's confidence).")
+    exact: bool = Field(description="True when counted exactly (per-request samples, or a histogram edge at the "
+                        "target); False when the target falls inside a histogram bucket (vLLM's fixed buckets), "
+                        "where the share lies between low and high.")
+    low: float | None = Field(default=None, ge=0, le=1, description="Inexact only: the share at the lower edge "
+                              "of the bucket holding the target.")
+    high: float | None = Field(default=None, ge=0, le=1, description="Inexact only: the share at its upper edge.")
+
+
 class Observed(ApiModel):
     """What one measurement window saw."""
 
@@ -100,6 +120,8 @@ class Observed(ApiModel):
                                            "and replica (batch occupancy).")
     num_waiting_mean: float | None = Field(default=None, ge=0, description="Mean requests queued per replica.")
     num_failed_requests: int = Field(default=0, ge=0, description="Requests rejected or failed in the window.")
+    attainment: list[TargetAttainment] = Field(default=[], max_length=16, description="Per latency target, the "
+                                               "share of requests within it.")
 
     @classmethod
     def of(cls, snapshot: MetricsSnapshot) -> Observed:
@@ -138,7 +160,9 @@ class HistoryEntry(ApiModel):
     before: Observed | None = Field(default=None, description="The window before the change.")
     after: Observed | None = Field(default=None, description="The window after the change.")
     config: RuntimeConfig | None = Field(default=None, description="The config the change produced.")
-    verdict: Verdict = Field(description="Baseline, Pending, Kept, RolledBack or Failed (crashed or never ready).")
+    verdict: Verdict = Field(description="Baseline, Pending, Kept, RolledBack, Failed (crashed or never ready), or "
+                             "WorkloadShift (the measured workload moved; the reason says what, by how much, and "
+                             "what was done).")
 
 
 class TunedModelStatus(ApiModel):

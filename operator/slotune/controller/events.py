@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 COMPONENT = "slotune-operator"
 _WARNING_VERDICTS = frozenset({Verdict.ROLLED_BACK, Verdict.FAILED})
 _VERDICT_REASONS = {Verdict.KEPT: "ChangeKept", Verdict.ROLLED_BACK: "ChangeRolledBack", Verdict.FAILED: "ChangeFailed",
-                    Verdict.BASELINE: "Baseline", Verdict.PENDING: "ChangePending"}
+                    Verdict.BASELINE: "Baseline", Verdict.PENDING: "ChangePending",
+                    Verdict.WORKLOAD_SHIFT: "WorkloadShift"}
 _PHASE_REASONS = {Phase.CONVERGED: "Converged", Phase.INFEASIBLE: "Infeasible", Phase.DEGRADED: "Degraded",
                   Phase.MEASURING: "Measuring"}
 

@@ -26,6 +26,8 @@ from slotune.local.report import ReportWriter
 from slotune.local.view import render
 from slotune.loop import FileStateStore, Tuner, TuningProblem, TuningState
 from slotune.perfmodel.model_profile import ModelProfile
+from slotune.quality import QualityGate
+from slotune.resources import slo_bucket_edges
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,10 +41,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def runtime_args(model: TunedModel) -> tuple[str, ...]:
+    """The runtime flags the spec sets, as the operator renders them: histogram edges at the SLO targets too, so
+    the share of requests within a target is counted from the server side as well as by the client."""
     spec = model.spec
     args = [f"--dtype={spec.model.dtype.value}"]
     if spec.model.max_model_len is not None:
         args.append(f"--max-model-len={spec.model.max_model_len}")
+    if edges := slo_bucket_edges(spec.slo):
+        args.append(f"--slo-bucket-edges={edges}")
     return (*args, *spec.runtime.extra_args)
 
 
@@ -63,6 +69,9 @@ class LocalRun:
         self.store = FileStateStore(out / "state.json")
         if not resume and self.store.path.exists():
             self.store.path.unlink()
+        # Probe-set references live in the run directory, so a resumed run can still judge a change it made.
+        self.quality = QualityGate(model.spec.quality, lambda: self.replicas.urls, model.spec.model.name,
+                                   out / "quality")
         self.source = source
 
     def start(self) -> TuningState | None:
@@ -79,7 +88,7 @@ class LocalRun:
     def tuner(self) -> Tuner:
         profile = ModelProfile.from_hf_config(model_config(self.source), name=self.model.spec.model.name)
         problem = TuningProblem.from_spec(self.model.spec, profile)
-        return Tuner(problem, self.replicas, self.measurement, self.store)
+        return Tuner(problem, self.replicas, self.measurement, self.store, quality=self.quality)
 
     def stop(self) -> None:
         self.replicas.stop()

@@ -16,7 +16,7 @@ from slotune.local.view import observed_ms
 from slotune.slo import SLOTarget
 
 _VERDICT_COLOR = {Verdict.KEPT: "tab:green", Verdict.ROLLED_BACK: "tab:red", Verdict.FAILED: "black",
-                  Verdict.BASELINE: "tab:blue", Verdict.PENDING: "tab:gray"}
+                  Verdict.BASELINE: "tab:blue", Verdict.PENDING: "tab:gray", Verdict.WORKLOAD_SHIFT: "tab:orange"}
 
 
 @dataclass(frozen=True)
@@ -70,12 +70,28 @@ def markdown(model: TunedModel, status: TunedModelStatus) -> str:
         verdict = verdicts.get((point.iteration, point.label), "")
         lines.append(f"| {point.iteration} | {point.label} | {verdict} | {' | '.join(cells)} | "
                      f"{point.observed.generation_tokens_per_s:.1f} |")
+    lines += quality_lines(status)
     if status.diagnosis is not None:
         lines += ["", f"## Last diagnosis: {status.diagnosis.bottleneck}", ""]
         lines += [f"- {line}" for line in status.diagnosis.evidence]
         if status.diagnosis.suggestion:
             lines += ["", f"Suggestion: {status.diagnosis.suggestion}"]
     return "\n".join(lines) + "\n"
+
+
+def quality_lines(status: TunedModelStatus) -> list[str]:
+    """Every change the quality gate judged (slotune.quality), with its verdict and numbers, read from the history
+    entry's detail, where the loop writes the gate's reason ("quality holds: ...", "quality: ...")."""
+    rows = []
+    for entry in status.history:
+        detail = entry.reason.rpartition(" | ")[2]
+        start = detail.find("quality")
+        if start >= 0:
+            rows.append(f"| {entry.iteration} | {entry.change} | {entry.verdict.value} | {detail[start:]} |")
+    if not rows:
+        return []
+    return ["", "## Quality gate (probe set before and after each output-altering change)", "",
+            "| window | change | verdict | measured |", "|---|---|---|---|", *rows]
 
 
 def _plot_target(axis: Axes, target: SLOTarget, points: list[Point]) -> None:

@@ -23,6 +23,7 @@ from slotune.api.status import (
 )
 from slotune.api.tuning import Knob
 from slotune.knobs import RuntimeConfig
+from slotune.loop.shift import WindowLoad
 from slotune.snapshot import LatencyMetric, MetricsSnapshot
 
 
@@ -76,6 +77,8 @@ class TuningState(_Frozen):
     pending: PendingChange | None = None
     rollout: RuntimeConfig | None = None  # asked of the backend (first deploy, rollback), not serving yet
     first_after: MetricsSnapshot | None = None  # an inconclusive first window of the pending change (pooled next)
+    short: MetricsSnapshot | None = None  # windows under minSamples so far, pooled until they reach it
+    short_of: str = ""  # the config (described) that served `short`
     history: tuple[HistoryRecord, ...] = ()
     failed_keys: frozenset[str] = frozenset()  # crashed or never ready: never again
     tried_keys: frozenset[str] = frozenset()  # applied before (kept or rolled back): not revisited
@@ -86,7 +89,7 @@ class TuningState(_Frozen):
     spec_acceptance: float | None = None  # per-token draft acceptance measured on this workload (None: never)
     streak: tuple[MetricsSnapshot, ...] = ()  # the latest windows of the current config's met streak (slo_bound)
     streak_of: str = ""  # the config (described) whose windows `streak` holds
-    rest_load: tuple[float, ...] | None = None  # rate, mean prompt, mean output, hit rate when it came to rest
+    load_reference: tuple[WindowLoad, ...] = ()  # the load of the windows since it came to rest (loop.shift)
     spec_key: str = ""  # the SLO and tuning it came to rest under: a spec change re-opens Infeasible and Degraded
     windows_met: int = 0
     windows_missed: int = 0  # consecutive violations after convergence (hysteresis before retuning)

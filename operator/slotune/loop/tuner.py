@@ -10,6 +10,11 @@ A step never waits: a rollout still in progress or a window still open ends the 
 `wake_at_s` says when stepping again is worth it. After a window ends the backend is asked to confirm that every
 replica still runs the config the state calls running; a replica that drifted is repaired and the window discarded,
 so a verdict is never drawn from a config that did not run. `tuning.mode: off` runs the same step and only reports.
+
+At rest (Converged, Infeasible) every window's measured load is checked against the windows the loop came to rest
+on (loop.shift: a stated test per statistic); a shift is recorded in the history and tuning resumes from the
+current config with a fresh budget: more capacity or other knobs when the SLO now misses, fewer replicas (the
+policy's trims) when the load fell and it still holds.
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ from slotune.api.status import DiagnosisReport, Observed, Phase, Verdict
 from slotune.api.tuning import Knob, TuningMode, TuningSpec
 from slotune.diagnosis import Diagnosis, diagnose, window_acceptance
 from slotune.knobs import RuntimeConfig
+from slotune.loop.attainment import as_percentiles, interpolation_evidence, observed
 from slotune.loop.protocols import ApplyResult, Backend, MeasurementSource, MetricsUnavailable, StateStore, WindowOpen
+from slotune.loop.shift import MAX_REFERENCE, Shift, WindowLoad, detect_shift
 from slotune.loop.state import HistoryRecord, InfeasibleReport, PendingChange, TuningState, now_utc
 from slotune.perfmodel.accelerators import accelerator
 from slotune.perfmodel.deployment import Deployment
@@ -116,16 +123,19 @@ class Tuner:
         snapshot = self._window(state)
         if isinstance(snapshot, TuningState):
             return snapshot
+        snapshot, state = self._pool_short(state, snapshot)
         if snapshot.num_requests < self.problem.tuning.min_samples:
-            return self._save(state.evolve(metrics_available=True, message=(
-                f"window has {snapshot.num_requests} requests, fewer than minSamples "
-                f"{self.problem.tuning.min_samples}: not judged")))
-        state = state.evolve(iteration=state.iteration + 1, metrics_available=True, observed=Observed.of(snapshot),
+            return self._save(state.evolve(metrics_available=True, short=snapshot, short_of=state.running.describe(),
+                                           message=(f"{snapshot.num_requests} requests so far, fewer than minSamples "
+                                                    f"{self.problem.tuning.min_samples}: pooled with the next window")))
+        state = state.evolve(iteration=state.iteration + 1, metrics_available=True,
+                             observed=observed(self.problem.slo, snapshot),
                              slo_met=self.problem.slo.is_met(snapshot),
                              speed_ratios=self._speed_ratios(state, snapshot),
                              spec_acceptance=window_acceptance(snapshot, state.running, state.spec_acceptance))
         if self.problem.tuning.mode is TuningMode.OFF:
             return self._save(state.evolve(phase=Phase.MEASURING, message="tuning off: reporting only"))
+        state = self._watch_load(state, snapshot)
         if state.pending is not None:
             state, kept = self._verify(state, snapshot)
             if not kept:
@@ -192,6 +202,15 @@ class Tuner:
             return self._save(self._drifted(state, served))
         return snapshot
 
+    def _pool_short(self, state: TuningState, snapshot: MetricsSnapshot) -> tuple[MetricsSnapshot, TuningState]:
+        """Windows too small to judge pool with the next ones of the same config: a slow config serves few requests
+        a window (a closed loop at one sequence at a time on busy cores), and discarding each would never judge it."""
+        if state.short is None:
+            return snapshot, state
+        if state.short_of == state.running.describe():
+            snapshot = replace(pool(state.short, snapshot), window_s=state.short.window_s + snapshot.window_s)
+        return snapshot, state.evolve(short=None, short_of="")
+
     def _drifted(self, state: TuningState, served: ApplyResult) -> TuningState:
         """After a window, the backend found replicas not running the config the state calls running."""
         running = state.running.describe()
@@ -236,7 +255,9 @@ class Tuner:
                      f"in {met} windows, by point estimate for {', '.join(unbounded)} (too few requests to bound "
                      f"at {CONFIDENCE:.0%} confidence)")
             state = state.evolve(phase=Phase.CONVERGED, diagnosis=diagnosis,
-                                 message=f"every SLO target holds {claim}: {margins}")
+                                 message=f"every SLO target holds {claim}: {margins}",
+                                 load_reference=state.load_reference if state.phase is Phase.CONVERGED else
+                                 tuple(WindowLoad.of(w) for w in streak))  # the windows it came to rest on
             return self._trim(state, snapshot)
         pooled = functools.reduce(pool, streak)
         tight = tightened(self.problem.slo, found)
@@ -247,8 +268,9 @@ class Tuner:
         return self._decide(margin_state, pooled, tight)
 
     def _decide(self, state: TuningState, snapshot: MetricsSnapshot, slo: SLOSpec | None = None) -> TuningState:
-        """`slo`: the SLO to decide against (the declared one, or it tightened for margin)."""
-        slo = slo or self.problem.slo
+        """`slo`: the SLO to decide against (the declared one, or it tightened for margin); a target missed by
+        attainment alone reaches the policy as a percentile that misses (loop.attainment.as_percentiles)."""
+        slo = slo or as_percentiles(self.problem.slo, snapshot)
         diagnosis = self._diagnose(state, state.current, snapshot, slo)
         if diagnosis.primary is None:  # a margin change rolled back: its baseline met every target, measure again
             return state.evolve(phase=Phase.MEASURING, message=f"{state.message}; measuring again")
@@ -392,7 +414,7 @@ class Tuner:
         loop rests until the spec or the measured workload changes (`_reopen_if_changed`)."""
         state = state.evolve(phase=Phase.INFEASIBLE, infeasible=report, diagnosis=diagnosis_report,
                              message=f"infeasible: {report.reason}; needs: {'; '.join(report.needs)}",
-                             rest_load=_load(window), spec_key=self.problem.key)
+                             load_reference=(WindowLoad.of(window),), spec_key=self.problem.key)
         if best_effort is not None and state.changes_applied < self.problem.tuning.max_iterations:
             intent = state.evolve(pending=_pending(best_effort, state.current), baseline=window,
                                   message=f"{state.message}; meanwhile {best_effort.reason}: {best_effort.change}")
@@ -404,23 +426,45 @@ class Tuner:
 
     def _reopen_if_changed(self, state: TuningState) -> TuningState:
         """Infeasible and Degraded hold until the spec changes, or (Infeasible) a window shows another workload:
-        request rate, prompt or output lengths, or prefix-cache hit rate moved beyond REOPEN_CHANGE."""
+        request rate, prompt or output lengths, or prefix-cache hit rate moved (loop.shift)."""
         if state.spec_key and state.spec_key != self.problem.key:
             return self._save(self._reopened(state, "the spec changed", same_workload=True))
-        if state.phase is Phase.DEGRADED or state.rest_load is None:
+        if state.phase is Phase.DEGRADED or not state.load_reference:
             return state
         snapshot = self._window(state)
         if isinstance(snapshot, TuningState):
             return snapshot
         if snapshot.num_requests < self.problem.tuning.min_samples:
             return state
-        change = _load_change(state.rest_load, _load(snapshot))
-        return state if change is None else self._save(self._reopened(state, change, same_workload=False))
+        return self._save(self._watch_load(state, snapshot))
+
+    def _watch_load(self, state: TuningState, snapshot: MetricsSnapshot) -> TuningState:
+        """At rest (Converged or Infeasible, nothing pending), the window's load joins the reference, or, when it
+        moved (loop.shift.detect_shift), the shift is recorded and tuning resumes from the current config. Any
+        other window ends the rest: the reference is rebuilt when the loop next comes to rest."""
+        if state.pending is not None or state.phase not in (Phase.CONVERGED, Phase.INFEASIBLE):
+            return state.evolve(load_reference=()) if state.load_reference else state
+        load = WindowLoad.of(snapshot)
+        shift = detect_shift(state.load_reference, load)
+        if shift is None:
+            return state.evolve(load_reference=(*state.load_reference, load)[-MAX_REFERENCE:])
+        return self._shifted(state, shift, snapshot)
+
+    def _shifted(self, state: TuningState, shift: Shift, snapshot: MetricsSnapshot) -> TuningState:
+        """A workload shift: the history says what moved, by how much and what is done; the loop re-opens."""
+        running = state.current.describe()
+        done = (f"tuning resumes from {running}; the load fell, so fewer replicas are tried once the SLO holds"
+                if shift.fell and shift.statistic == "request rate" else f"tuning resumes from {running}")
+        entry = HistoryRecord(iteration=state.iteration, time=now_utc(), knob=None,
+                              change=f"workload shift: {shift.statistic} {shift.moved}", reason=shift.describe(),
+                              after=Observed.of(snapshot), config=state.current, verdict=Verdict.WORKLOAD_SHIFT,
+                              detail=done)
+        return self._reopened(state.record(entry), f"{shift.describe()}; {done}", same_workload=False)
 
     def _reopened(self, state: TuningState, why: str, same_workload: bool) -> TuningState:
         """Tuning again from the current config: what was tried under the old spec or load may work now."""
         return state.evolve(phase=Phase.MEASURING, infeasible=None, settled=False, windows_met=0, windows_missed=0,
-                            streak=(), rest_load=None, spec_key="", changes_applied=0, rolled_back_moves=(),
+                            streak=(), load_reference=(), spec_key="", changes_applied=0, rolled_back_moves=(),
                             tried_keys=frozenset({state.current.key()}), best=None, best_badness=None,
                             prepared_replicas=None, baseline=None, first_after=None,
                             spec_acceptance=state.spec_acceptance if same_workload else None,
@@ -432,6 +476,8 @@ class Tuner:
                   slo: SLOSpec | None = None) -> Diagnosis:
         diagnosis = diagnose(snapshot, config, slo or self.problem.slo, self._deployment(state), self.problem.workload,
                              self.problem.tuning, state.spec_acceptance, self.problem.draft_model)
+        if buckets := interpolation_evidence(self.problem.slo, snapshot):
+            diagnosis = replace(diagnosis, evidence=(*diagnosis.evidence, *buckets))
         if not state.speed_ratios:
             return diagnosis
         speed = (f"steps take x{statistics.median(state.speed_ratios):.2f} the profile's time (median of "
@@ -474,23 +520,3 @@ def _pending(proposal: Proposal, previous: RuntimeConfig) -> PendingChange:
     return PendingChange(config=proposal.config, previous=previous, knob=proposal.knob, change=proposal.change,
                          reason=proposal.reason, target_metric=proposal.target_metric,
                          target_percentile=proposal.target_percentile, trim=proposal.trim)
-
-
-REOPEN_CHANGE = 0.5  # relative change of the measured load (rate or lengths) that re-opens Infeasible
-REOPEN_HIT_RATE_CHANGE = 0.2  # absolute change of the prefix-cache hit rate that does
-
-
-def _load(snapshot: MetricsSnapshot) -> tuple[float, float, float, float]:
-    return (snapshot.request_rate_per_s, snapshot.mean_prompt_tokens or 0.0, snapshot.mean_generation_tokens or 0.0,
-            snapshot.prefix_cache_hit_rate or 0.0)
-
-
-def _load_change(before: tuple[float, ...], now: tuple[float, ...]) -> str | None:
-    """What changed in the measured workload beyond noise, or None."""
-    names = ("request rate", "mean prompt", "mean output")
-    for name, old, new in zip(names, before[:3], now[:3], strict=True):
-        if old > 0 and not 1 / (1 + REOPEN_CHANGE) <= new / old <= 1 + REOPEN_CHANGE:
-            return f"the measured {name} changed from {old:.1f} to {new:.1f}"
-    if len(before) > 3 and len(now) > 3 and abs(now[3] - before[3]) > REOPEN_HIT_RATE_CHANGE:
-        return f"the prefix-cache hit rate changed from {before[3]:.0%} to {now[3]:.0%}"
-    return None

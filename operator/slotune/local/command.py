@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import shutil
 import signal
 import sys
 import time
@@ -70,6 +71,8 @@ class LocalRun:
         if not resume and self.store.path.exists():
             self.store.path.unlink()
         # Probe-set references live in the run directory, so a resumed run can still judge a change it made.
+        if not resume:
+            shutil.rmtree(out / "quality", ignore_errors=True)
         self.quality = QualityGate(model.spec.quality, lambda: self.replicas.urls, model.spec.model.name,
                                    out / "quality")
         self.source = source

@@ -23,6 +23,8 @@ from slotune.controller.windows import SharedWindows
 from slotune.knobs import RuntimeConfig
 from slotune.loop import ApplyResult, Tuner, TuningProblem, TuningState
 from slotune.perfmodel.model_profile import LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3_2_1B, MODELS, ModelProfile
+from slotune.quality import QualityGate
+from slotune.resources import RUNTIME_PORT
 from slotune.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
@@ -71,7 +73,15 @@ class TuningRun:
         self.source = PromQLSource(tm, settings, lambda: self.changed_at_s, windows, clock)
         self.store = StatusStateStore(api, tm, self.health, on_saved=self._saved)
         problem = TuningProblem.from_spec(tm.spec, profile_for(tm.spec))
-        self.tuner = Tuner(problem, _Timed(self), self.source, self.store, clock)
+        quality = QualityGate(tm.spec.quality, self._openai_urls, tm.spec.model.name)
+        self.tuner = Tuner(problem, _Timed(self), self.source, self.store, clock, quality=quality)
+
+    def _openai_urls(self) -> list[str]:
+        """The ready pods' OpenAI endpoints, where the quality gate asks its probe set (slotune.quality); the test
+        harness's pod endpoints file wins. Pods reachable only through the API server's proxy: the gate fails closed."""
+        listed = self.settings.pod_endpoints()
+        return [listed.get(f"{self.backend.namespace}/{pod['metadata']['name']}")
+                or f"http://{pod['status'].get('podIP')}:{RUNTIME_PORT}" for pod in self.backend.ready_pods()]
 
     def health(self) -> Health:
         ready, message = readiness(self.backend.deployment())

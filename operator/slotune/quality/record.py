@@ -56,7 +56,9 @@ def record(urls: Sequence[str], model: str, max_tokens: int, probes: Sequence[Pr
     """The greedy answers to `probes` from the servers at `urls` (spread round-robin)."""
     if not urls:
         raise RecordFailed("no server to ask")
-    with httpx.Client(timeout=timeout_s) as client, ThreadPoolExecutor(concurrency) as pool:
+    # A short connect timeout: an address nothing answers at (a pod IP out of reach) fails in seconds, not minutes.
+    timeout = httpx.Timeout(timeout_s, connect=10.0)
+    with httpx.Client(timeout=timeout) as client, ThreadPoolExecutor(concurrency) as pool:
         answers = pool.map(lambda i: _ask(client, urls[i % len(urls)], model, probes[i], max_tokens),
                            range(len(probes)))
         return QualityRecord(max_tokens=max_tokens, answers=tuple(answers))

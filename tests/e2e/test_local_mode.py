@@ -131,8 +131,11 @@ def test_ctrl_c_mid_run_leaves_no_runtime_behind(tmp_path: Path) -> None:
     out = tmp_path / "run"
     path = scenario(tmp_path, "interrupted", replicas=2, tuning={"windowSeconds": 30})
     started = time.monotonic()
+    # A shell starts background jobs with SIGINT ignored, and a child inherits that: as a user's terminal would,
+    # the run gets SIGINT's default however this pytest was started (`make test &` ignored every Ctrl-C below).
     process = subprocess.Popen([*SLOTUNE, "tune", str(path), "--out", str(out), "--no-live"], cwd=ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         # Progress, not a clock: the runtimes started and the first window's load reaches both.
         while not (len(runtime_pids(str(out))) == 2 and _serving_load(out)):

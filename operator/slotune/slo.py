@@ -72,7 +72,7 @@ class Attained:
     within: float
     within_low: float
     within_high: float
-    total: int  # requests judged, failed ones included
+    total: float  # requests judged, failed ones included (Prometheus' increase() extrapolates: not always whole)
     bucket_ms: tuple[float, float] | None = None  # the bucket holding the target, when no edge sits at it
 
     @property
@@ -81,15 +81,18 @@ class Attained:
 
     @property
     def fraction(self) -> float:
-        return self.within / self.total if self.total else 0.0
+        return self._share(self.within)
 
     @property
     def fraction_low(self) -> float:
-        return self.within_low / self.total if self.total else 0.0
+        return self._share(self.within_low)
 
     @property
     def fraction_high(self) -> float:
-        return self.within_high / self.total if self.total else 0.0
+        return self._share(self.within_high)
+
+    def _share(self, count: float) -> float:
+        return min(count / self.total, 1.0) if self.total > 0 else 0.0
 
     def describe(self) -> str:
         text = f"{self.fraction:.2%} within"
@@ -109,7 +112,7 @@ def attained(summary: LatencySummary, target_ms: float, failed: int = 0) -> Atta
     if histogram is None or histogram.total <= 0:
         return None
     target_s, below, lower_s = target_ms / 1000.0, 0.0, 0.0
-    total = round(histogram.total) + failed
+    total = histogram.total + failed
     for upper_s, count in zip(histogram.upper_s, histogram.counts, strict=True):
         if math.isclose(upper_s, target_s, rel_tol=1e-9) or upper_s > target_s:
             break

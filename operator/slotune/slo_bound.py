@@ -52,7 +52,7 @@ class AttainmentBound:
         return self.lower >= self.required
 
     def describe(self) -> str:
-        return (f"{self.attained.describe()} {self.attained.total} requests, bound {self.lower:.2%} at "
+        return (f"{self.attained.describe()} {self.attained.total:.0f} requests, bound {self.lower:.2%} at "
                 f"{CONFIDENCE:.0%} vs {self.required:.2%} required")
 
 
@@ -146,7 +146,7 @@ def attainment_bound(target: SLOTarget, required: float, windows: Sequence[Metri
     found = attained(pooled.latency(target.metric), target.target_ms, pooled.num_failed_requests)
     if found is None:
         return None
-    lower = share_lower_bound(round(found.within_low), found.total, confidence)
+    lower = share_lower_bound(round(found.within_low), round(found.total), confidence)
     shares = [a.fraction for w in windows
               if (a := attained(w.latency(target.metric), target.target_ms, w.num_failed_requests)) is not None]
     predicted = prediction_bound([-share for share in shares], confidence)  # the lower bound, mirrored
@@ -159,6 +159,7 @@ def share_lower_bound(within: int, total: int, confidence: float = CONFIDENCE) -
     """One-sided Clopper-Pearson lower confidence bound of a binomial proportion `within / total`."""
     if within <= 0 or total <= 0:
         return 0.0
+    within = min(within, total)  # extrapolated counts (Prometheus' increase()) can round past the total
     return float(stats.beta.ppf(1.0 - confidence, within, total - within + 1))
 
 

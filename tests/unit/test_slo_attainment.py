@@ -110,3 +110,15 @@ def test_a_target_missed_by_attainment_alone_reaches_the_policy_as_a_missed_perc
     decided = as_percentiles(slo, window)
     assert decided.ttft is not None and decided.ttft.p99 is not None
     assert (window.ttft.p99_ms or 0) > decided.ttft.p99  # the percentile now misses: the policy acts on it
+
+
+def test_extrapolated_prometheus_counts_never_make_a_share_above_one() -> None:
+    """increase() extrapolates to the window's edges: 10.1 requests, all within, is a share of 1, not 101%."""
+    slo = SLOSpec.model_validate({"ttft": {"p99": 400}, "attainment": 0.9})
+    window = _window(LatencySummary.from_histogram(Histogram((0.1, 0.4, float("inf")), (5.4, 4.7, 0.0))))
+    found = attained(window.ttft, 400.0)
+    assert found is not None and found.fraction == 1.0 and slo.is_met(window)
+    (row,) = observed(slo, window).attainment
+    assert row.attained == 1.0 and row.lower_bound is not None and 0 < row.lower_bound < 1
+    (bound,) = bounds(slo, [window, window])
+    assert bound.attainment is not None and bound.attainment.lower <= 1.0

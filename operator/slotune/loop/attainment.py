@@ -27,7 +27,7 @@ def observed(slo: SLOSpec, snapshot: MetricsSnapshot) -> Observed:
         required = slo.required(t) or t.percentile / 100.0
         rows.append(TargetAttainment(
             target=t.name, target_ms=t.target_ms, required=required, attained=round(found.fraction, 4),
-            lower_bound=round(share_lower_bound(round(found.within_low), found.total, CONFIDENCE), 4),
+            lower_bound=round(share_lower_bound(round(found.within_low), round(found.total), CONFIDENCE), 4),
             exact=found.exact, low=None if found.exact else round(found.fraction_low, 4),
             high=None if found.exact else round(found.fraction_high, 4)))
     return Observed.of(snapshot).model_copy(update={"attainment": rows})

@@ -3,8 +3,10 @@
 Windows never overlap and never start before the warm-up after the last change has passed (the first requests after
 a restart are several times slower, docs/facts.md#flags). `measure` never waits: before the window is over it
 raises the loop's `WindowOpen` with the time it ends, and once over the window is read over exactly the interval it
-covered, however late the tick that reads it. Too few finished requests, no series, or Prometheus down all raise
-the loop's `MetricsUnavailable`; the reason is kept in `last_reason` for the MetricsAvailable condition.
+covered, however late the tick that reads it. No finished request, no series, or Prometheus down all raise the
+loop's `MetricsUnavailable`; the reason is kept in `last_reason` for the MetricsAvailable condition. A window with
+fewer requests than minSamples is returned all the same: the loop pools it with the next windows of the same config
+(a slow config serves few requests a window, and one never judged is never changed).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ class PromQLSource:
         self.selector = Selector(namespace=self.namespace, deployment=ChildNames(tm.metadata.name).deployment,
                                  model=tm.spec.model.name)
         self.tuning = tm.spec.tuning
-        self.grid_s = max(1.0, settings.tick_s)  # window ends on a shared grid, so reads can be shared
+        self.tick_s = settings.tick_s  # window ends fall on a shared grid (grid_s), so reads can be shared
         self._windows = windows
         self._changed_at_s = changed_at_s
         self._clock = clock
@@ -43,7 +45,7 @@ class PromQLSource:
 
     def window_end_s(self, window_s: float) -> float:
         start = max(self._changed_at_s() + self.tuning.warmup_s, self.last_end_s)
-        return align_end_s(start + window_s, self.grid_s)
+        return align_end_s(start + window_s, self._windows.grid_s(self.url, self.namespace, window_s, self.tick_s))
 
     def measure(self, window_s: float) -> MetricsSnapshot:
         if not self.url:
@@ -53,12 +55,13 @@ class PromQLSource:
         end_s = self.window_end_s(window_s)
         if self._clock() < end_s:
             raise WindowOpen(end_s)
-        self.last_end_s = end_s
         try:
-            snapshot = self._read(window_s, end_s)
+            snapshot = self._read(window_s, end_s)  # WindowOpen while its read is in flight: this window, later
         except MetricsUnavailable as error:
+            self.last_end_s = end_s
             self.last_reason = error.reason
             raise
+        self.last_end_s = end_s
         self.last_reason = None
         return snapshot
 
@@ -68,4 +71,4 @@ class PromQLSource:
         readings = self._windows.readings(key, self.names).get(mine)
         if readings is None:
             raise not_exposed(self.names, self.selector, window_s)
-        return require_samples(readings, self.tuning.min_samples).to_snapshot(Source.PROMETHEUS)
+        return require_samples(readings, 1).to_snapshot(Source.PROMETHEUS)

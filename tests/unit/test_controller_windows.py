@@ -8,13 +8,20 @@ Prometheus in tests/integration/test_measurement_promql.py.
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import yaml
 
-from slotune.controller.windows import SharedWindows, WindowKey, align_end_s
+from slotune.api import parse_tunedmodel
+from slotune.controller.measure import PromQLSource
+from slotune.controller.windows import SharedWindows, WindowKey, align_end_s, grid_s
+from slotune.loop.protocols import WindowOpen
 from slotune.metrics.names import names_for
 from slotune.metrics.window import MetricsUnavailable, UnavailableReason, WindowReadings
+from slotune.settings import OperatorSettings
+from tests.unit.api_cases import BASE
 
 NAMES = names_for("builtin")
 
@@ -66,3 +73,91 @@ def test_a_failed_read_answers_its_group_and_old_answers_are_dropped() -> None:
     with pytest.raises(MetricsUnavailable):
         windows.readings(_key(990.0), NAMES)
     assert calls == [990.0, 990.0]
+
+
+def test_the_grid_coarsens_with_the_namespace_so_a_window_costs_one_read_of_a_large_fleet() -> None:
+    assert grid_s(60.0, 2.0) == 2.0  # size not known yet, or a few TunedModels: a tick
+    assert grid_s(60.0, 2.0, deployments=10) == 3.0
+    assert grid_s(60.0, 2.0, deployments=100) == 30.0
+    assert grid_s(60.0, 2.0, deployments=1000) == 60.0
+    assert grid_s(5.0, 2.0, deployments=40) == 2.5
+    starts = [1000.0 + 0.5 * i for i in range(120)]  # TunedModels created over a minute
+    ends = {align_end_s(start + 60.0, grid_s(60.0, 2.0, deployments=1000)) for start in starts}
+    assert len(ends) <= 2  # the tick grid would make 30 reads of the whole namespace
+
+
+def test_the_grid_follows_the_size_of_the_last_read() -> None:
+    windows = SharedWindows(lambda *_: {(f"d{i}-runtime", "m"): WindowReadings(window_s=60.0) for i in range(500)},
+                            clock=lambda: 1000.0)
+    url = "http://prometheus:9090"
+    assert windows.grid_s(url, "team-a", 60.0, 2.0) == 2.0
+    windows.readings(_key(990.0), NAMES)
+    assert windows.grid_s(url, "team-a", 60.0, 2.0) == 60.0
+    assert windows.grid_s(url, "team-b", 60.0, 2.0) == 2.0  # another namespace, its own size
+    windows.close()
+
+
+def test_a_tick_never_waits_out_a_read_in_flight() -> None:
+    """A read of a thousand deployments takes seconds: the tick is told when to come back instead of holding its
+    worker, and coming back finds the one read's answer."""
+    release, calls = threading.Event(), []
+
+    def read(url, names, namespace, window_s, end_s):
+        calls.append(end_s)
+        release.wait(10)
+        return {("a-runtime", "m"): WindowReadings(window_s=window_s, num_requests=7)}
+
+    windows = SharedWindows(read, clock=lambda: 1000.0, patience_s=0.0, retry_s=2.0)
+    for _ in range(3):
+        with pytest.raises(WindowOpen) as open_window:
+            windows.readings(_key(990.0), NAMES)
+        assert open_window.value.ends_at_s >= 1002.0
+    release.set()
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            answer = windows.readings(_key(990.0), NAMES)
+            break
+        except WindowOpen:
+            assert time.monotonic() < deadline, "the read never answered"
+            time.sleep(0.01)
+    assert answer[("a-runtime", "m")].num_requests == 7 and calls == [990.0] and windows.reads == 1
+    windows.close()
+
+
+def test_a_window_whose_read_is_in_flight_is_the_window_read_next_tick() -> None:
+    """The source must not move on to the next window while this one's read is still in flight (it would skip a
+    window of measurements, and wait a whole window more)."""
+    manifest = yaml.safe_load(BASE.read_text())
+    manifest["metadata"] |= {"namespace": "team-a", "generation": 1}
+    manifest["spec"].setdefault("tuning", {})["windowSeconds"] = 60
+    tm = parse_tunedmodel(manifest)
+    now, release, ends = [1000.0], threading.Event(), []
+
+    def read(url, names, namespace, window_s, end_s):
+        ends.append(end_s)
+        release.wait(10)
+        return {}
+
+    windows = SharedWindows(read, clock=lambda: now[0], patience_s=0.0)
+    source = PromQLSource(tm, OperatorSettings(tick_s=2.0, prometheus_url="http://prometheus:9090"), lambda: 0.0,
+                          windows, clock=lambda: now[0])
+    end = source.window_end_s(60.0)
+    now[0] = end + 1
+    for _ in range(2):
+        with pytest.raises(WindowOpen):
+            source.measure(60.0)
+        assert source.window_end_s(60.0) == end
+    release.set()
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            source.measure(60.0)
+        except WindowOpen:
+            assert time.monotonic() < deadline, "the read never answered"
+            time.sleep(0.01)
+            continue
+        except MetricsUnavailable:  # this fake Prometheus has no series for it: the window was read, and is over
+            break
+    assert ends == [end] and source.window_end_s(60.0) >= end + 60.0
+    windows.close()

@@ -19,7 +19,8 @@ import base64
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -117,6 +118,22 @@ class KubernetesBackend:
         self._record = record or (lambda reason, message, warning: None)
         self._clock = clock
         self._waiting_since: dict[str, float] = {}  # what -> when first seen not there yet (rollout, pod address)
+        self._seen: dict[str, dict[str, Any] | None] | None = None  # the Deployment as read in this look (one_look)
+
+    @contextmanager
+    def one_look(self) -> Iterator[None]:
+        """Within one tick the Deployment is read once: the step, the status' health and the Ready refresh all ask
+        for it, three GETs a tick that a thousand TunedModels pay every window. A write through this backend (deploy,
+        scale) reads it again."""
+        self._seen = {}
+        try:
+            yield
+        finally:
+            self._seen = None
+
+    def _wrote(self) -> None:
+        if self._seen is not None:
+            self._seen.clear()
 
     # --- children -------------------------------------------------------------------------------------------
     def deploy(self, config: RuntimeConfig) -> None:
@@ -125,6 +142,7 @@ class KubernetesBackend:
         waiting will not make either valid."""
         if (refused := admission.refusal(self.tm.spec, admission.RuntimePolicy.of(self.settings))) is not None:
             raise PolicyRefused(refused)
+        self._wrote()
         # The Deployment right after the Secret whose uid it names: on a busy API server every request before it
         # is create-to-Deployment latency. A new Secret comes back from the create; an existing one is read.
         secret = self._child("Secret", lambda: self.api.create(build_secret(self.tm, new_token()))) or self._secret()
@@ -159,7 +177,12 @@ class KubernetesBackend:
             raise
 
     def deployment(self) -> dict[str, Any] | None:
-        return self.api.get(object_path("Deployment", self.namespace, self.names.deployment))
+        if self._seen is not None and "deployment" in self._seen:
+            return self._seen["deployment"]
+        found = self.api.get(object_path("Deployment", self.namespace, self.names.deployment))
+        if self._seen is not None:
+            self._seen["deployment"] = found
+        return found
 
     def deployed_config(self) -> RuntimeConfig | None:
         """The config the Deployment's pod template was rendered from (annotation), None if not deployed."""
@@ -204,6 +227,7 @@ class KubernetesBackend:
 
     def scale(self, base: RuntimeConfig) -> None:
         """Change the replica count only (the pod template, hence the running pods, stay as they are)."""
+        self._wrote()
         path = object_path("Deployment", self.namespace, self.names.deployment)
         annotation = json.dumps(base.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         self.api.merge_patch(path, {"metadata": {"annotations": {"slotune.io/config": annotation}},

@@ -37,7 +37,18 @@ log = logging.getLogger(__name__)
 RESOURCE = (GROUP, VERSION, PLURAL)
 MAX_BACKOFF_S = 60.0
 DEPLOY_WORKERS = 8
+FIRST_TICK_PATIENCE_S = 60.0  # a new daemon's first tick waits at most this long for queued children
+WINDOW_PATIENCE_S = 0.1  # a tick waits this long for its window's read in flight, then frees its worker
 T = TypeVar("T")
+
+
+class Queued:
+    """Create/update/resume handlers waiting for or holding a deploy worker. An object, not a number: each resource's
+    memo is a shallow copy of the operator's, so only a shared object is seen by every handler (changed on the
+    event loop's thread only: no lock)."""
+
+    def __init__(self) -> None:
+        self.count = 0
 
 
 def _plain(value: Any) -> Any:
@@ -62,7 +73,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.api = KubeAPI.from_environment(max_connections=memo.settings.workers + DEPLOY_WORKERS)
     memo.pool = ThreadPoolExecutor(max_workers=memo.settings.workers, thread_name_prefix="slotune-tick")
     memo.deploys = ThreadPoolExecutor(max_workers=DEPLOY_WORKERS, thread_name_prefix="slotune-deploy")
-    memo.windows = SharedWindows()
+    memo.deploys_queued = Queued()
+    memo.windows = SharedWindows(patience_s=WINDOW_PATIENCE_S, retry_s=memo.settings.tick_s)
     telemetry.serve(memo.settings.metrics_port)
     logging.getLogger("slotune").setLevel(memo.settings.log_level.upper())
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request would drown the operator's log
@@ -75,6 +87,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 async def close(memo: kopf.Memo, **_: Any) -> None:
     memo.pool.shutdown(wait=False, cancel_futures=True)
     memo.deploys.shutdown(wait=False, cancel_futures=True)
+    memo.windows.close()
     memo.api.close()
 
 
@@ -104,6 +117,7 @@ async def resumed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 
 
 async def _deploy(memo: kopf.Memo, tm: TunedModel, restart_tuning: bool) -> None:
+    memo.deploys_queued.count += 1
     try:
         await deploying(memo, deploy, memo.api, tm, memo.settings, restart_tuning)
     except ChildRefused as error:
@@ -112,6 +126,19 @@ async def _deploy(memo: kopf.Memo, tm: TunedModel, restart_tuning: bool) -> None
         raise kopf.PermanentError(str(error)) from error
     except Exception as error:
         raise kopf.TemporaryError(f"applying children failed: {type(error).__name__}: {error}", delay=5) from error
+    finally:
+        memo.deploys_queued.count -= 1
+
+
+async def _children_first(memo: kopf.Memo, stopped: kopf.DaemonStopped) -> None:
+    """A new daemon's first tick (a full step: the children read, a status written, events posted) waits while
+    create handlers queue for the API server, at most FIRST_TICK_PATIENCE_S: in a storm of creates the API server's
+    time goes to new TunedModels' children first, and their first ticks follow."""
+    waited = 0.0
+    queued = getattr(memo, "deploys_queued", None)
+    while queued is not None and queued.count > 0 and waited < FIRST_TICK_PATIENCE_S and not stopped:
+        await stopped.wait(0.5)
+        waited += 0.5
 
 
 # initial_delay: a new TunedModel's create handler deploys its children first; the daemon's first step then finds
@@ -125,6 +152,7 @@ async def tune(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **
     scheduled: float | None = None  # when this tick was due (monotonic); None: the first one
     telemetry.DAEMONS.inc()
     try:
+        await _children_first(memo, stopped)
         while not stopped:
             delay = settings.tick_s
             try:

@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 # How often a TunedModel's children are looked at besides the loop's own steps (a deleted admin Secret to rotate,
 # pods turning ready while the loop waits out a window): two GETs, so not on every tick of a thousand idle models.
 LOOK_S = 10.0
+# A rollout in flight is looked at after 2, 4, 8 ... s, at most LOOK_S apart, while nothing changes: a thousand
+# TunedModels rolling out at once (a create storm) polled every tick would be a thousand GETs every two seconds, and
+# the API server they wait on is the one that must create the next TunedModels' children.
 _BY_SIZE = (("70b", LLAMA_3_1_70B), ("8b", LLAMA_3_1_8B), ("1b", LLAMA_3_2_1B))
 
 
@@ -70,6 +73,7 @@ class TuningRun:
         self._looked_at_s = float("-inf")  # when the children were last looked at besides the loop (LOOK_S)
         self._ready = True
         self._last_fault: str | None = None
+        self._polls = 0  # ticks in a row with an apply in flight and nothing saved
         self.source = PromQLSource(tm, settings, lambda: self.changed_at_s, windows, clock)
         self.store = StatusStateStore(api, tm, self.health, on_saved=self._saved)
         problem = TuningProblem.from_spec(tm.spec, profile_for(tm.spec))
@@ -95,17 +99,24 @@ class TuningRun:
 
     def tick(self) -> float:
         """One short step of the loop; returns the seconds until the next step has something to do."""
+        with self.backend.one_look():
+            return self._tick()
+
+    def _tick(self) -> float:
         look = self._clock() - self._looked_at_s >= LOOK_S
         if look:
             self._looked_at_s = self._clock()
             self.backend.rotate_deleted_token()  # before the step: a hot change needs the token
+        before = self.store.last()
         self.tuner.step()
         self._last_fault = None
         if look:  # Ready follows the pods even while the loop waits out a window
             self._ready = self.store.refresh()
         wake_at_s = self.tuner.wake_at_s
-        if wake_at_s is None:  # a rollout, a retry or an apply in flight: look again soon
-            return self.settings.tick_s
+        if wake_at_s is None:  # a rollout, a retry or an apply in flight: look again soon, less often if idle
+            self._polls = 0 if self.store.last() is not before else self._polls + 1
+            return min(self.settings.tick_s * 2 ** min(self._polls, 16), max(self.settings.tick_s, LOOK_S))
+        self._polls = 0
         delay = max(self.settings.tick_s, wake_at_s - self._clock())
         return delay if self._ready else min(delay, LOOK_S)
 

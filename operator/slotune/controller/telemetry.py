@@ -16,6 +16,9 @@ TICK_LAG = Histogram("slotune_operator_tick_lag_seconds", "How long after its sc
 TICK_DURATION = Histogram("slotune_operator_tick_duration_seconds", "Time one tick took on its worker",
                           buckets=LAG_BUCKETS_S)
 TICK_FAILURES = Counter("slotune_operator_tick_failures", "Ticks that raised (reported and retried)")
+WINDOW_READ_DELAY = Histogram("slotune_operator_window_read_delay_seconds",
+                              "From a window's end until its grouped read of the namespace answered",
+                              buckets=LAG_BUCKETS_S)
 DAEMONS = Gauge("slotune_operator_tunedmodels", "TunedModels whose tuning daemon runs")
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from gpu_runtime.config import ModelConfig
+from gpu_runtime.cpu_layout import use_decode_layout
 from gpu_runtime.model import LlamaModel
 from gpu_runtime.model_files import checkpoint_tensors, read_model_config
 
@@ -63,6 +64,7 @@ def load_weights(model: LlamaModel, path: Path) -> None:
         dest.copy_(tensor)
         loaded.add(f"{name}#{shard}")
     _tie_or_check(model, params, loaded)
+    use_decode_layout(model)  # after tying: the tied head and embedding are one Parameter, converted once
 
 
 def _tie_or_check(model: LlamaModel, params: dict[str, torch.nn.Parameter], loaded: set[str]) -> None:

@@ -39,7 +39,7 @@ def check_fp8_supported(device: torch.device) -> None:
 
 def quantize_fp8_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row e4m3 quantization of a [out, in] weight -> (w_fp8 [out, in], scale [out] float32)."""
-    w = weight.detach().to(torch.float32)
+    w = weight.detach().to(torch.float32).contiguous()  # row-major even where the model keeps it column-major
     scale = w.abs().amax(dim=1).clamp(min=1e-12) / FP8_E4M3_MAX  # [out]
     w_fp8 = (w / scale[:, None]).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
     return w_fp8, scale

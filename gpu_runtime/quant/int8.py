@@ -16,7 +16,7 @@ INT8_MAX = 127
 
 def quantize_int8_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric per-row int8 quantization of a [out, in] weight -> (w_int8 [out, in], scale [out] float32)."""
-    w = weight.detach().to(torch.float32)
+    w = weight.detach().to(torch.float32).contiguous()  # row-major even where the model keeps it column-major
     scale = w.abs().amax(dim=1).clamp(min=1e-12) / INT8_MAX  # [out]
     w_int8 = torch.round(w / scale[:, None]).clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
     return w_int8, scale

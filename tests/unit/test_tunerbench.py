@@ -73,7 +73,9 @@ def test_bench_runs_every_strategy_and_writes_json_markdown_and_plot(tmp_path):
 
 def test_a_near_miss_replica_trim_gets_headroom_then_the_fewer_replicas_hold():
     # On exactly modelled hardware 3 -> 2 replicas misses TTFT P99 by ~35% at max_num_seqs 64, and holds at 128.
-    scenario = Scenario.model_validate(PREFIX_HEAVY)
+    # It starts where the SLO holds at 3 replicas (from the poor start, the sized capacity change picks 128 at once).
+    scenario = Scenario.model_validate(PREFIX_HEAVY | {"start": {"maxNumSeqs": 64, "maxNumBatchedTokens": 1024,
+                                                                 "enablePrefixCaching": True, "replicas": 3}})
     trace = run_slotune(Evaluator(scenario), budget=12)
     configs = [e.config for e in trace.applied]
     missed = next(i for i, c in enumerate(configs) if c.replicas == 2)
@@ -122,3 +124,69 @@ def test_a_shifting_scenario_is_scored_on_its_shifted_traffic_and_measured_on_bo
     trace = run_slotune(evaluator, budget=6)
     assert trace.final is not None
     assert 0 <= evaluator.meets_fresh(trace.final) <= 3
+
+
+def test_stochastic_baselines_draw_independently_in_every_scenario():
+    # Seed 0 in two scenarios with the same space must not draw the same configs: with one seed shared by every
+    # scenario, a lucky first draw counted once per scenario and set the pooled median.
+    from slotune.tunerbench.strategies import run_random, run_tpe
+
+    one = Evaluator(Scenario.model_validate(FEASIBLE))
+    other = Evaluator(Scenario.model_validate(FEASIBLE | {"name": "chat-small-again"}))
+    assert all_configs(one.scenario) == all_configs(other.scenario)
+    draws = [[e.config.key() + str(e.config.replicas) for e in run(ev, 4, 0).applied]
+             for run in (run_random, run_tpe) for ev in (one, other)]
+    assert draws[0] != draws[1] and draws[2] != draws[3]
+
+
+def test_a_config_applied_again_is_not_counted_as_a_new_one():
+    from slotune.tunerbench.strategies import Trace, _EvaluatedDeployment
+
+    evaluator = Evaluator(Scenario.model_validate(FEASIBLE))
+    start = evaluator.scenario.start
+    more = start.with_changes(max_num_seqs=64)
+    backend = _EvaluatedDeployment(evaluator, Trace("slotune"))
+    for config in (start, more, start, more, start.with_changes(replicas=2)):  # two rollbacks, one new config
+        assert backend.apply(config).ok
+    assert [e.config for e in backend.trace.applied] == [more, start.with_changes(replicas=2)]
+
+
+def test_the_oracle_holds_on_the_fresh_windows_and_random_search_has_an_exact_expectation():
+    from slotune.tunerbench.run import random_search_expected, run_scenario
+
+    result = run_scenario(Scenario.model_validate(FEASIBLE), budget=3, strategies=("grid",), seeds=1)
+    evaluator = Evaluator(Scenario.model_validate(FEASIBLE))
+    held = [c for c in all_configs(evaluator.scenario) if evaluator.holds(c)]
+    assert result.feasible == bool(held)
+    assert all(evaluator.evaluate(c).met and evaluator.meets_fresh(c) == 3 for c in held)
+    assert result.oracle_config in {c.describe() for c in held}
+    assert result.space_size == 6
+    assert result.space_met == sum(evaluator.evaluate(c).met for c in all_configs(evaluator.scenario)) >= len(held)
+    # 4 configs, 1 meets: the first draw hits it with 1/4, the second 3/4 * 1/3, ...; budget 2: never = 1/2.
+    assert random_search_expected(4, 1, 2) == [0.25, 0.25, 0.5]
+    assert abs(sum(random_search_expected(20, 3, 12)) - 1.0) < 1e-12
+
+
+def test_an_overload_is_called_infeasible_within_two_changes_of_the_evidence():
+    overload = Scenario.model_validate(FEASIBLE | {
+        "name": "l4-overload", "accelerator": "nvidia-l4", "workload": {"profile": "chat", "requestRatePerS": 150},
+        "slo": {"ttft": {"p99": 3000}, "tpot": {"p99": 100}}, "tuning": {"bounds": {"maxReplicas": 4}}})
+    trace = run_slotune(Evaluator(overload), budget=12)
+    assert trace.declared_infeasible and trace.evidence is not None and "replicas" in trace.evidence
+    assert trace.changes_at_evidence == 0  # the first window already said so
+    assert trace.changes_to_infeasible is not None and trace.changes_to_infeasible - trace.changes_at_evidence <= 2
+
+
+def test_fresh_windows_are_drawn_per_scenario_and_never_measured():
+    # The same fresh seeds in every scenario drew the same arrival and length quantiles everywhere: one window with
+    # a prompt 7x the median decided the fresh verdict of every scenario at once.
+    from slotune.tunerbench.evaluator import FRESH_SEED_OFFSET, FRESH_SEEDS
+
+    one = Evaluator(Scenario.model_validate(FEASIBLE))
+    other = Evaluator(Scenario.model_validate(FEASIBLE | {"name": "chat-small-again"}))
+    mine, theirs = ([e.fresh_index(i) for i in range(FRESH_SEEDS)] for e in (one, other))
+    assert set(mine).isdisjoint(theirs) and len(set(mine)) == FRESH_SEEDS
+    assert min(mine + theirs) >= FRESH_SEED_OFFSET  # past every window a strategy measures
+    config = one.scenario.start.with_changes(max_num_seqs=64, replicas=2)
+    windows = [one.window(config, i) for i in mine]
+    assert one.meets_fresh(config) == sum(one.scenario.slo.is_met(w) for w in windows if w is not None)

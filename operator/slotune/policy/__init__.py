@@ -23,7 +23,7 @@ from dataclasses import replace
 from slotune.api.tuning import Knob
 from slotune.diagnosis import Diagnosis, diagnose
 from slotune.knobs import RuntimeConfig
-from slotune.policy.best_effort import capacity_steps, far_overload, roomiest, without_targets
+from slotune.policy.best_effort import capacity_steps, far_overload, overload_needs, roomiest, without_targets
 from slotune.policy.infeasible import infeasible
 from slotune.policy.inputs import Infeasible, PolicyInput, Proposal, Remedy, kv_room
 from slotune.policy.moves import budget_cap, enable_prefix_cache, quantize
@@ -40,8 +40,8 @@ from slotune.policy.sizing import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MAX_MOVE_ATTEMPTS", "Infeasible", "PolicyInput", "Proposal", "costs_nothing", "move_key", "propose",
-           "propose_headroom", "propose_trim", "weigh_knobs"]
+__all__ = ["MAX_MOVE_ATTEMPTS", "Infeasible", "PolicyInput", "Proposal", "costs_nothing", "infeasible_evidence",
+           "move_key", "propose", "propose_headroom", "propose_trim", "weigh_knobs"]
 
 
 def propose(diagnosis: Diagnosis, given: PolicyInput) -> Proposal | Infeasible:
@@ -62,6 +62,20 @@ def propose(diagnosis: Diagnosis, given: PolicyInput) -> Proposal | Infeasible:
     if proposal is not None:
         return proposal
     return replace(infeasible(diagnosis, given), best_effort=_best_effort(diagnosis, given))
+
+
+def infeasible_evidence(diagnosis: Diagnosis, given: PolicyInput) -> str | None:
+    """What in this window alone says no allowed config can meet the SLO: a target below every allowed config's
+    floor, or a load the capacity model puts far beyond maxReplicas (before the verifying window at every allowed
+    replica that `propose` waits for). None when the window says no such thing. How soon a caller declares
+    Infeasible after such a window is the measure of an early verdict."""
+    if diagnosis.primary is None:
+        return None
+    diagnosis = weigh_knobs(diagnosis, given)
+    if diagnosis.out_of_reach:
+        return f"{', '.join(diagnosis.out_of_reach)} below every allowed config's floor"
+    needed = overload_needs(diagnosis, given)
+    return None if needed is None else f"the load needs about {needed} replicas (maxReplicas {max_replicas(given)})"
 
 
 def _remedies(diagnosis: Diagnosis, given: PolicyInput) -> list[Remedy]:

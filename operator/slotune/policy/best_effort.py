@@ -40,7 +40,15 @@ def far_overload(diagnosis: Diagnosis, given: PolicyInput) -> int | None:
     window queues (capacity is the bottleneck) and it runs every allowed replica (the verifying window); None
     otherwise. A declared request rate must agree: one bursty window's arrivals-over-their-span reads many times
     the mean rate, and a burst is not an overload."""
-    if diagnosis.bottleneck is not Bottleneck.CAPACITY or given.config.replicas < max_replicas(given):
+    if given.config.replicas < max_replicas(given):
+        return None
+    return overload_needs(diagnosis, given)
+
+
+def overload_needs(diagnosis: Diagnosis, given: PolicyInput) -> int | None:
+    """The capacity model's verdict on the window alone, before any verifying window at every allowed replica:
+    replicas the measured load needs at the roomiest allowed config when that is far beyond maxReplicas."""
+    if diagnosis.bottleneck is not Bottleneck.CAPACITY:
         return None
     load, most, target = load_of(given), max_replicas(given), tpot_target(given.slo)
     needed = capacity.replicas_needed(given.deployment, roomiest(given), load, target)

@@ -8,6 +8,8 @@ scenarios: how many it recognised (declared Infeasible), and how many feasible o
 from __future__ import annotations
 
 import json
+import math
+import os
 import platform
 import subprocess
 from collections import defaultdict
@@ -17,9 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from slotune.tunerbench.evaluator import FRESH_SEED_OFFSET, FRESH_SEEDS, SCORED_WINDOWS
-from slotune.tunerbench.run import ScenarioResult, StrategyResult
+from slotune.tunerbench.run import ScenarioResult, StrategyResult, random_search_expected
 
 STRATEGY_ORDER = ("slotune", "grid", "random", "tpe")
+MAX_CHANGES_AFTER_EVIDENCE = 2  # issue 16: every infeasible scenario is called so within 2 changes of the evidence
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,12 @@ class Summary:
     infeasible_recognised: int
     infeasible_total: int
     false_infeasible: int
+    # Of the infeasible scenarios recognised: how many had a window whose evidence sufficed before the verdict
+    # (policy.infeasible_evidence), how many of those were called within MAX_CHANGES_AFTER_EVIDENCE changes of it,
+    # and the most changes after it; the rest were called after every remedy was tried and rolled back.
+    infeasible_on_evidence: int = 0
+    infeasible_within_bound_of_evidence: int = 0
+    changes_after_evidence_max: int | None = None
 
 
 def summarise(results: list[ScenarioResult], budget: int) -> list[Summary]:
@@ -54,20 +63,37 @@ def summarise(results: list[ScenarioResult], budget: int) -> list[Summary]:
         to_slo = [r.configs_to_slo if r.configs_to_slo is not None else budget + 1 for r in runs]
         near = [r.configs_to_near_oracle if r.configs_to_near_oracle is not None else budget + 1 for r in runs]
         ratios = [r.final_goodput_ratio or 0.0 for r in runs]
+        after = [a for r in bad if r.declared_infeasible and (a := r.changes_after_evidence) is not None]
         summaries.append(Summary(
             name, len(runs) + len(bad), sum(r.configs_to_slo is not None for r in runs),
             _pct(to_slo, 50), _pct(to_slo, 90), _mean(to_slo), _pct(near, 50), _pct(near, 90), _pct(ratios, 50),
             _mean(ratios),
             sum(r.regressions for r in runs + bad), sum(r.declared_infeasible for r in bad), len(bad),
-            sum(r.declared_infeasible for r in runs)))
+            sum(r.declared_infeasible for r in runs), len(after),
+            sum(a <= MAX_CHANGES_AFTER_EVIDENCE for a in after), max(after, default=None)))
     return summaries
+
+
+def random_expected(results: list[ScenarioResult], budget: int) -> tuple[float, float, float]:
+    """Median, p90 and mean configs to SLO that uniform random sampling of each feasible scenario's space needs in
+    expectation (exact, pooled over the scenarios with equal weight; budget + 1 = never)."""
+    feasible = [r for r in results if r.feasible and r.space_size]
+    if not feasible:
+        return float("nan"), float("nan"), float("nan")
+    pooled = np.mean([random_search_expected(r.space_size, r.space_met, budget) for r in feasible], axis=0)
+    cdf = np.cumsum(pooled)
+    k = np.arange(1, budget + 2)
+    return float(k[np.argmax(cdf >= 0.5)]), float(k[np.argmax(cdf >= 0.9)]), float(np.sum(k * pooled))
 
 
 def write_results(results: list[ScenarioResult], out: Path, budget: int, seeds: int, elapsed_s: float) -> str:
     out.mkdir(parents=True, exist_ok=True)
     summaries = summarise(results, budget)
+    median, p90, mean = random_expected(results, budget)
     body = {"machine": machine(), "budget": budget, "seeds_per_stochastic_baseline": seeds,
-            "elapsed_s": round(elapsed_s, 1), "summary": [asdict(s) for s in summaries],
+            "elapsed_s": round(elapsed_s, 1), "load_average_1m_end": round(os.getloadavg()[0], 1),
+            "summary": [asdict(s) for s in summaries],
+            "random_expected": None if math.isnan(median) else {"median": median, "p90": p90, "mean": round(mean, 2)},
             "scenarios": [asdict(r) for r in results]}
     (out / "tuner.json").write_text(json.dumps(body, indent=1))
     markdown = render_markdown(results, summaries, budget, seeds, elapsed_s)
@@ -84,7 +110,8 @@ def render_markdown(results: list[ScenarioResult], summaries: list[Summary], bud
         "# Tuner benchmark (simulated)", "",
         f"{len(results)} scenarios ({num_feasible} feasible, {len(results) - num_feasible} infeasible by the oracle), "
         f"budget {budget} applied configurations per strategy; random and TPE run {seeds} seeds each. "
-        f"Ran in {elapsed_s:.0f} s on {m['cpu']} ({m['cores']} cores), Python {m['python']}.", "",
+        f"Ran in {elapsed_s:.0f} s on {m['cpu']} ({m['cores']} cores, shared: 1-minute load average "
+        f"{os.getloadavg()[0]:.1f} at the end), Python {m['python']}.", "",
         "| strategy | runs | reached SLO | configs to SLO median | p90 | mean | configs to 95% of oracle median | "
         "p90 | final goodput / oracle (median) | mean | regressions applied | infeasible recognised | "
         "false infeasible |",
@@ -101,8 +128,11 @@ def render_markdown(results: list[ScenarioResult], summaries: list[Summary], bud
               "Each scenario's simulated hardware is skewed from the profile the tuner is told (slotune learns the "
               "difference only from the windows it measures), "
               f"and a configuration meets the SLO only if it does on all {SCORED_WINDOWS} scored windows of traffic; "
+              f"the oracle is the best configuration that also holds on the {FRESH_SEEDS} fresh windows no strategy "
+              "measures (a scenario is feasible when one does), so it is never a config that met two windows by luck; "
               "slotune's later measurements of a running configuration are fresh windows (bench/scenarios/README.md).",
-              "", *_lower_bound_lines(results), "", *_fresh_lines(results), "",
+              "", *_fairness_lines(results, summaries, budget), "", *_lower_bound_lines(results), "",
+              *_fresh_lines(results), "", *_evidence_lines(summaries), "",
               "## Per scenario", "",
               "| scenario | feasible | oracle config | oracle goodput/replica (req/s) | fewest fields to change | "
               "slotune to SLO | changes applied | slotune goodput / oracle | fresh seeds met | slotune final |",
@@ -112,7 +142,7 @@ def render_markdown(results: list[ScenarioResult], summaries: list[Summary], bud
         if mine is None:
             continue
         ratio = "-" if mine.final_goodput_ratio is None else f"{mine.final_goodput_ratio:.2f}"
-        to_slo = (f"infeasible after {mine.changes_to_infeasible}" if mine.declared_infeasible else
+        to_slo = (_infeasible_cell(mine) if mine.declared_infeasible else
                   mine.configs_to_slo if mine.configs_to_slo is not None else "not met")
         fewest = "-" if r.fewest_fields_to_slo is None else r.fewest_fields_to_slo
         fresh = "-" if mine.fresh_met is None else f"{mine.fresh_met}/{FRESH_SEEDS}"
@@ -122,6 +152,41 @@ def render_markdown(results: list[ScenarioResult], summaries: list[Summary], bud
     return "\n".join(lines) + "\n"
 
 
+def _infeasible_cell(mine: StrategyResult) -> str:
+    after = mine.changes_after_evidence
+    if after is None:
+        return f"infeasible after {mine.changes_to_infeasible} (every remedy tried)"
+    return f"infeasible after {mine.changes_to_infeasible} ({after} after the evidence at {mine.changes_at_evidence})"
+
+
+def _evidence_lines(summaries: list[Summary]) -> list[str]:
+    mine = next((s for s in summaries if s.strategy == "slotune"), None)
+    if mine is None or not mine.infeasible_total:
+        return []
+    most = "" if mine.changes_after_evidence_max is None else f", at most {mine.changes_after_evidence_max}"
+    return [f"Infeasible on the evidence: the evidence is the first measured window in which the policy's model alone "
+            f"says no allowed configuration can meet the SLO (a target below every allowed config's floor, or a load "
+            f"the capacity model puts far beyond maxReplicas: `slotune.policy.infeasible_evidence`). Of "
+            f"{mine.infeasible_recognised} infeasible scenarios slotune recognised, {mine.infeasible_on_evidence} "
+            f"had such a window before the verdict, and {mine.infeasible_within_bound_of_evidence} of those were "
+            f"called Infeasible within {MAX_CHANGES_AFTER_EVIDENCE} changes of it{most}; the other "
+            f"{mine.infeasible_recognised - mine.infeasible_on_evidence} were called after every remedy was tried and "
+            "rolled back (no window said so sooner)."]
+
+
+def _fairness_lines(results: list[ScenarioResult], summaries: list[Summary], budget: int) -> list[str]:
+    median, p90, mean = random_expected(results, budget)
+    if math.isnan(median):
+        return []
+    return ["Counting, the same for every strategy: configurations applied after the start until the first that meets "
+            "the SLO on the scored windows (0 if the start does); a configuration applied again (a rollback) is not a "
+            "new one; the start is not counted (every strategy begins from it). Random and TPE draw independently "
+            "in every scenario (a seed per scenario and run). Uniform random sampling without replacement needs, in "
+            f"exact expectation over these spaces, median {median:g}, p90 {p90:g}, mean {mean:.1f} configurations "
+            f"(from the share of each space that meets the SLO; {budget + 1} = never), the yardstick its sampled "
+            "runs scatter around."]
+
+
 def _fresh_lines(results: list[ScenarioResult]) -> list[str]:
     """Whether slotune's final configs hold beyond the windows they were chosen on."""
     fresh = [mine.fresh_met for r in results if r.feasible for mine in r.results
@@ -129,7 +194,8 @@ def _fresh_lines(results: list[ScenarioResult]) -> list[str]:
     if not fresh:
         return []
     return [f"Fresh traffic: slotune's final configuration meets the SLO on all {FRESH_SEEDS} windows of traffic no "
-            f"strategy measured (seeds {FRESH_SEED_OFFSET}+) in {sum(f == FRESH_SEEDS for f in fresh)} of "
+            f"strategy measured (seeds past {FRESH_SEED_OFFSET}, drawn per scenario) in "
+            f"{sum(f == FRESH_SEEDS for f in fresh)} of "
             f"{len(fresh)} feasible scenarios ({sum(fresh)} of {FRESH_SEEDS * len(fresh)} windows)."]
 
 
@@ -195,6 +261,4 @@ def machine() -> dict[str, str]:
                    cpu)
     except OSError:
         pass
-    import os
-
     return {"cpu": cpu, "cores": str(os.cpu_count()), "python": platform.python_version()}

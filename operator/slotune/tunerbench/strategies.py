@@ -13,15 +13,18 @@ Every strategy's trace is the list of configurations it applied, with each one's
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+import zlib
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import optuna
 
 from slotune.api.status import Phase
+from slotune.diagnosis import diagnose
 from slotune.knobs import RuntimeConfig
 from slotune.loop import ApplyResult, MemoryStateStore, Tuner, TuningProblem, TuningState
 from slotune.metrics.window import MetricsUnavailable, UnavailableReason
+from slotune.policy import infeasible_evidence
 from slotune.snapshot import MetricsSnapshot
 from slotune.tunerbench.evaluator import Evaluation, Evaluator
 from slotune.tunerbench.space import all_configs, config_of, dimensions
@@ -35,6 +38,10 @@ class Trace:
     declared_infeasible: bool = False
     regressions: int = 0  # applied configs that scored below the config serving just before them
     changes_to_infeasible: int | None = None  # configs applied when the loop first said Infeasible (slotune)
+    # The first measured window in which the policy's model alone said no allowed config can meet the SLO
+    # (policy.infeasible_evidence), and the configs applied by then (slotune).
+    evidence: str | None = None
+    changes_at_evidence: int | None = None
 
     def note(self, state: TuningState) -> None:
         if state.phase is Phase.INFEASIBLE and self.changes_to_infeasible is None:
@@ -52,12 +59,18 @@ class _EvaluatedDeployment:
     running: RuntimeConfig | None = None
     windows_measured: dict[str, int] = field(default_factory=dict)  # per config key, across its applications
     num_windows: int = 0  # measured in all, for a scenario whose traffic shifts
+    last: tuple[MetricsSnapshot, RuntimeConfig] | None = None  # the latest window and the config it measured
+    start_key: str | None = None
 
     def apply(self, config: RuntimeConfig) -> ApplyResult:
         if config == self.running:
             return ApplyResult.success(changed=False)  # the loop's check that what runs is still the config
         evaluation = self.evaluator.evaluate(config)
-        if self.running is not None and config != self.running and config.key() not in _seen(self.trace):
+        if self.running is None and self.start_key is None:
+            self.start_key = config.key()
+        # A config applied again (a rollback, the start included) is not a new one: the baselines never re-apply
+        # one either, so every strategy counts distinct configurations after the start.
+        if self.running is not None and config.key() not in _seen(self.trace) | {self.start_key}:
             self.trace.applied.append(evaluation)
             self.trace.regressions += evaluation.score < self.evaluator.evaluate(self.running).score
         if not evaluation.starts:
@@ -80,6 +93,7 @@ class _EvaluatedDeployment:
         snapshot = source.window(self.running, index)
         self.windows_measured[key] = index + 1
         assert snapshot is not None
+        self.last = (snapshot, self.running)
         return snapshot
 
 
@@ -95,19 +109,49 @@ def run_slotune(evaluator: Evaluator, budget: int) -> Trace:
     problem = TuningProblem(scenario.slo, tuning, evaluator.deployment, scenario.start, declared)
     backend = _EvaluatedDeployment(evaluator, trace)
     tuner = Tuner(problem, backend, backend, MemoryStateStore())
-    for _ in range(3 * budget + 4):
+
+    def step() -> TuningState:
+        before, windows = tuner.store.load() or TuningState.initial(problem.initial), backend.num_windows
+        applied = len(trace.applied)  # the step may measure and then apply: the window counts what ran before
         state = tuner.step()
+        if backend.num_windows > windows and trace.evidence is None and backend.last is not None:
+            _look_for_evidence(tuner, before, *backend.last, trace, applied)
         trace.note(state)
+        return state
+
+    for _ in range(3 * budget + 4):
+        state = step()
         if state.at_rest:
             break
     for _ in range(60 if evaluator.before is not None else 0):  # traffic that shifts: serve until it was seen
         if backend.num_windows > evaluator.after_windows + 4 and state.at_rest:
             break
-        state = tuner.step()  # a loop at rest may not measure: bounded by steps, not windows
-        trace.note(state)
+        state = step()  # a loop at rest may not measure: bounded by steps, not windows
     trace.final = state.best if state.phase is Phase.INFEASIBLE and state.best else state.current
     trace.declared_infeasible = state.phase is Phase.INFEASIBLE
     return trace
+
+
+def _look_for_evidence(tuner: Tuner, state: TuningState, snapshot: MetricsSnapshot, running: RuntimeConfig,
+                       trace: Trace, applied: int) -> None:
+    """Whether the window just measured already told the policy's model that no allowed config meets the SLO: the
+    point from which the changes to an Infeasible verdict are counted. Asked of the policy with what the loop knew
+    before the window (measured speed, acceptance), as the loop would ask it; only while feasibility is open (a
+    shifted workload is judged afresh by the caller's scoring, not here)."""
+    if tuner.problem.slo.is_met(snapshot) or state.phase is Phase.INFEASIBLE:
+        return
+    given = replace(tuner._policy_input(state, snapshot), config=running)
+    diagnosis = diagnose(snapshot, running, tuner.problem.slo, given.deployment, tuner.problem.workload,
+                         tuner.problem.tuning, state.spec_acceptance, tuner.problem.draft_model)
+    found = infeasible_evidence(diagnosis, given)
+    if found is not None:
+        trace.evidence, trace.changes_at_evidence = found, applied
+
+
+def _seed(evaluator: Evaluator, seed: int) -> int:
+    """A stochastic baseline's seed for this scenario: independent draws per scenario. The same seed in every
+    scenario draws the same knob choices everywhere, so a lucky or unlucky first draw would count 18 times."""
+    return zlib.crc32(f"{evaluator.scenario.name}/{seed}".encode())
 
 
 def run_grid(evaluator: Evaluator, budget: int) -> Trace:
@@ -118,13 +162,13 @@ def run_grid(evaluator: Evaluator, budget: int) -> Trace:
 
 def run_random(evaluator: Evaluator, budget: int, seed: int = 0) -> Trace:
     space = all_configs(evaluator.scenario)
-    return _trace("random", evaluator, random.Random(seed).sample(space, min(budget, len(space))))
+    return _trace("random", evaluator, random.Random(_seed(evaluator, seed)).sample(space, min(budget, len(space))))
 
 
 def run_tpe(evaluator: Evaluator, budget: int, seed: int = 0) -> Trace:
     dims = dimensions(evaluator.scenario)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=_seed(evaluator, seed)))
     tried: list[RuntimeConfig] = []
     for _ in range(budget):
         trial = study.ask()

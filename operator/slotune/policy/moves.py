@@ -10,7 +10,7 @@ from slotune.knobs import Quantization, RuntimeConfig
 from slotune.perfmodel import capacity
 from slotune.perfmodel.floors import decode_token_s, expected_tokens_per_step, speculation_options
 from slotune.policy.inputs import PolicyInput, Remedy
-from slotune.policy.sizing import acceptance_of, max_replicas, replicas_for_load, tpot_target
+from slotune.policy.sizing import NEAR_MISS, acceptance_of, max_replicas, replicas_for_load, tpot_target, worst_miss
 from slotune.snapshot import LatencyMetric
 
 MIN_SPECULATION_SPEEDUP = 1.3  # predicted decode speedup worth a change whose acceptance is only a prior
@@ -51,9 +51,13 @@ def chunked_prefill(given: PolicyInput, why: str, target: LatencyMetric | None =
 
 
 def replicas_remedy(given: PolicyInput, why: str) -> Remedy | None:
+    """Replicas the capacity model sizes for the load; one more where the window only just missed (the model errs
+    up to 2x high, and a count that nearly meets the SLO needs little: the jump would shed goodput per replica and
+    leave the replicas between untried, as trims never revisit a count they passed)."""
     c = given.config
     most = max_replicas(given)
-    wanted = min(max(c.replicas + 1, replicas_for_load(given, c)), most)
+    sized = replicas_for_load(given, c) if worst_miss(given) > NEAR_MISS else c.replicas + 1
+    wanted = min(max(c.replicas + 1, sized), most)
     if wanted <= c.replicas:
         return None
     return Remedy(c.with_changes(replicas=wanted), Knob.REPLICAS, why)

@@ -23,6 +23,7 @@ from slotune.policy.sizing import (
     batch_binds,
     batch_failed,
     load_of,
+    max_replicas,
     pow2_at_most,
     replicas_for_load,
     tpot_target,
@@ -139,7 +140,9 @@ def _capacity(given: PolicyInput) -> list[Remedy]:
                                    f"back, so a smaller step"))
             smaller //= 2
     replicas = replicas_remedy(given, "queueing: the load needs more replicas")
+    sized = None
     if replicas and _needs_more_replicas(given):
+        sized = _sized_capacity(given, remedies[0]) if remedies else None
         remedies.insert(0, replicas)
     quant = quantize(given, "low-bandwidth accelerator: 8-bit weights nearly double what each replica decodes")
     if quant and given.deployment.accelerator.memory_bandwidth_bytes_per_s < LOW_BANDWIDTH_BYTES_PER_S:
@@ -151,7 +154,33 @@ def _capacity(given: PolicyInput) -> list[Remedy]:
     if chunked and batch_failed(given):
         remedies.insert(0, chunked)
     prefix = enable_prefix_cache(given)  # costs nothing and cuts every request's prefill work: first
-    return [prefix, *remedies] if prefix else remedies
+    first = [r for r in (sized, prefix) if r]  # the sized change turns it on too
+    return [*first, *remedies]
+
+
+def _sized_capacity(given: PolicyInput, batch: Remedy) -> Remedy | None:
+    """Where the load needs more replicas and the batch limit binds too, one capacity change sized by the model: the
+    batch step and the replicas the load needs at that batch (with prefix caching where prompts share prefixes,
+    which costs nothing, and 8-bit weights where the spec allows them on a low-bandwidth part, which the policy
+    would propose first there). All answer the one bottleneck, queueing, and are judged on it; one knob at a time would
+    first add the replicas the small batch needs (every allowed one, typically), then raise the batch, then trim
+    the replicas back. If it is rolled back, the single-knob steps behind it are still there."""
+    c, knobs = given.config, given.tuning.knobs
+    if batch.knob is not Knob.MAX_NUM_SEQS or Knob.REPLICAS not in knobs or Knob.MAX_NUM_SEQS not in knobs:
+        return None
+    target = batch.config
+    prefix = enable_prefix_cache(given)
+    if prefix is not None and Knob.ENABLE_PREFIX_CACHING in knobs:
+        target = target.with_changes(enable_prefix_caching=True)
+    quant = quantize(given, "")  # only where the spec allows quality changes; first on low-bandwidth parts anyway
+    low_bandwidth = given.deployment.accelerator.memory_bandwidth_bytes_per_s < LOW_BANDWIDTH_BYTES_PER_S
+    if quant is not None and low_bandwidth and Knob.QUANTIZATION in knobs:
+        target = target.with_changes(quantization=quant.config.quantization)
+    wanted = min(max(c.replicas + 1, replicas_for_load(given, target)), max_replicas(given))
+    if wanted <= c.replicas:
+        return None
+    return Remedy(target.with_changes(replicas=wanted), Knob.REPLICAS,
+                  f"queueing: {batch.why}; the load needs {wanted} replicas at that batch")
 
 
 def _needs_more_replicas(given: PolicyInput) -> bool:

@@ -14,6 +14,7 @@ from slotune.slo import SLOSpec
 
 MAX_MOVE_ATTEMPTS = 2  # a knob setting rolled back this often is not proposed again (hysteresis)
 BATCH_BINDS_SHARE = 0.5  # mean running sequences at or above this share of max_num_seqs: the limit binds
+NEAR_MISS = 2.0  # worst observed / target at or under this: the window missed by less than the model errs
 
 
 def load_of(given: PolicyInput) -> capacity.Load:
@@ -38,6 +39,13 @@ def tpot_target(slo: SLOSpec) -> float | None:
 
 def replicas_for_load(given: PolicyInput, config: RuntimeConfig) -> int:
     return capacity.replicas_needed(given.deployment, config, load_of(given), tpot_target(given.slo))
+
+
+def worst_miss(given: PolicyInput) -> float:
+    """The window's worst observed / target ratio over the SLO's percentile targets (1.0 or less: none missed)."""
+    ratios = [observed / t.target_ms for t in given.slo.targets()
+              if (observed := given.snapshot.latency(t.metric).at(t.percentile)) is not None]
+    return max(ratios, default=1.0)
 
 
 def max_replicas(given: PolicyInput) -> int:

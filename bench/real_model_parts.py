@@ -1,0 +1,250 @@
+"""The measurements bench/bench_real_model.py takes, one function each: bandwidth, batch-1 decode of each side, the
+engine's profile, speculation, int8 quality and the machine it ran on. The HTTP streams are in real_model_streams.py
+and the report's markdown in real_model_report.py."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from bench import llama_cpp_peer
+from bench.real_model_report import markdown
+from bench.real_model_streams import stream_throughput
+from gpu_runtime.cpu_layout import use_decode_layout
+from gpu_runtime.engine import LLMEngine, SamplingParams
+from gpu_runtime.quant.apply import weight_bytes
+from gpu_runtime.server.chat import ChatTemplate
+from gpu_runtime.server.protocol import ChatMessage
+from slotune.quality.probe_set import PROBES
+
+__all__ = ["markdown", "stream_throughput"]
+
+DECODE_PROMPT = ("The history of the printing press begins in the fifteenth century, when a goldsmith in Mainz "
+                 "combined movable metal type, oil-based ink and a wooden press.")
+# Repetitive text: the answer copies the prompt, the case n-gram speculation is for (a list of weekdays was not: the
+# model does not continue it, and acceptance fell to ~0.2). Free text: an open question.
+REPETITIVE_REQUEST = ("Repeat the following text exactly, word for word: The old lighthouse keeper climbed the narrow "
+                      "stairs every evening, lit the great lamp, and watched the ships pass safely through the dark "
+                      "and stormy channel. In the morning he wrote the names of the ships in a thick blue book, "
+                      "made tea, and slept until the gulls woke him at noon.")
+FREE_REQUEST = "Tell me about your favourite season and why."
+COPY_REPEATS = 3  # copies per bandwidth sample: one sample lasts about as long as a few decode steps
+
+
+@dataclass
+class Sides:
+    engine: LLMEngine
+    int8: LLMEngine
+    hf: nn.Module
+    bandwidth: Bandwidth
+    llama_url: str | None
+    weight_bytes: int
+
+
+class Bandwidth:
+    """Two buffers the size of the weights: copy (bytes read + written per second) and sum (bytes read per second)."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.src = torch.ones(nbytes // 4)
+        self.dst = torch.empty_like(self.src)
+        self.dst.copy_(self.src)  # first touch: page faults are not bandwidth
+
+    def copy(self) -> float:
+        start = time.perf_counter()
+        for _ in range(COPY_REPEATS):
+            self.dst.copy_(self.src)
+        return 2 * self.src.nbytes * COPY_REPEATS / (time.perf_counter() - start)
+
+    def read(self) -> float:
+        start = time.perf_counter()
+        for _ in range(COPY_REPEATS):
+            self.src.sum()
+        return self.src.nbytes * COPY_REPEATS / (time.perf_counter() - start)
+
+
+def weight_bytes_per_token(model: nn.Module) -> int:
+    """Bytes a batch-1 decode step reads: every weight storage once, except an untied embedding (one row)."""
+    total = weight_bytes(model)
+    embedding, head = model.embed_tokens.weight, getattr(model.lm_head, "weight", None)
+    if head is None or embedding.untyped_storage().data_ptr() != head.untyped_storage().data_ptr():
+        total -= embedding.untyped_storage().nbytes()
+    return total
+
+
+def engine_decode_ms(engine: LLMEngine, prompt: list[int], max_tokens: int) -> float:
+    """Median time of the steps in which the one request decodes one token (prefill excluded)."""
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    engine.add_request(f"decode-{time.monotonic_ns()}", prompt, params)
+    steps: list[float] = []
+    while engine.has_unfinished_requests():
+        start = time.perf_counter()
+        engine.step()
+        elapsed = time.perf_counter() - start
+        stats = engine.stats()
+        if stats.last_step_num_tokens == 1 and stats.num_running == 1:
+            steps.append(elapsed)
+    return statistics.median(steps) * 1e3
+
+
+@contextmanager
+def row_major(model: nn.Module) -> Iterator[None]:
+    """The model with its Linear weights stored row-major, as before gpu_runtime.cpu_layout, then restored."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.Linear):
+                module.weight.data = module.weight.data.contiguous()
+    try:
+        yield
+    finally:
+        use_decode_layout(model)
+
+
+def load_hf(path: str) -> nn.Module:
+    from transformers import AutoModelForCausalLM  # dev dependency; only the benchmark needs it
+
+    gguf = Path(path)
+    return AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32).eval()
+
+
+def hf_decode_ms(model: nn.Module, prompt: list[int], max_tokens: int) -> float:
+    ids = torch.tensor([prompt])
+
+    def timed(new_tokens: int) -> float:
+        start = time.perf_counter()
+        with torch.inference_mode():
+            model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                           min_new_tokens=new_tokens, do_sample=False)
+        return time.perf_counter() - start
+
+    timed(2)  # warm-up
+    return (timed(max_tokens) - timed(1)) / (max_tokens - 1) * 1e3
+
+
+def find_llama_cpp() -> tuple[llama_cpp_peer.LlamaCpp | None, str]:
+    try:
+        return llama_cpp_peer.find()
+    except (OSError, subprocess.SubprocessError) as error:
+        return None, f"llama-server does not start: {error}"
+
+
+def llama_cpp_f32(peer: llama_cpp_peer.LlamaCpp, path: str) -> Path:
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "slotune" / "llama-cpp"
+    cache.mkdir(parents=True, exist_ok=True)
+    return peer.quantize(Path(path), cache / "SmolLM2-135M-Instruct.F32.gguf", "F32")
+
+
+@contextmanager
+def llama_cpp_batch1(peer: llama_cpp_peer.LlamaCpp | None, path: str, threads: int) -> Iterator[str | None]:
+    if peer is None:
+        yield None
+        return
+    with llama_cpp_peer.server(peer, llama_cpp_f32(peer, path), threads, slots=1, context=1024) as url:
+        yield url
+
+
+def llama_cpp_ms(url: str, prompt: list[int], max_tokens: int) -> float:
+    return llama_cpp_peer.decode_ms_per_token(url, prompt, max_tokens)
+
+
+def profile_decode(engine: LLMEngine, prompt: list[int], steps: int = 8) -> list[dict[str, Any]]:
+    """Where a batch-1 decode step spends its time: the top ops by self CPU time, as shares of all ops."""
+    from torch.profiler import ProfilerActivity, profile
+
+    engine.add_request(f"profile-{time.monotonic_ns()}", prompt,
+                       SamplingParams(max_tokens=steps + 2, temperature=0.0, ignore_eos=True))
+    engine.step()  # prefill, outside the profile
+    profiled = 0
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        while engine.has_unfinished_requests():
+            engine.step()
+            profiled += 1
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events)
+    return [{"op": e.key, "share": round(e.self_cpu_time_total / total, 3), "calls_per_step": round(e.count / profiled)}
+            for e in events[:6]]
+
+
+def _run_one(engine: LLMEngine, prompt: list[int], max_tokens: int) -> tuple[list[int], float]:
+    """Greedy output of one request and its decode tokens/s (from the first output token to the last)."""
+    rid = f"spec-{time.monotonic_ns()}"
+    engine.add_request(rid, prompt, SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True))
+    tokens: list[int] = []
+    first = last = 0.0
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            if out.request_id == rid and out.new_token_ids:
+                now = time.perf_counter()
+                first = first or now
+                last = now
+                tokens.extend(out.new_token_ids)
+    return tokens, (len(tokens) - 1) / (last - first)
+
+
+def speculation(engine: LLMEngine, config: dict[str, Any], max_tokens: int, rounds: int) -> list[dict[str, Any]]:
+    """n-gram speculation on and off, alternating, on a chat answer that copies its prompt and on a free one."""
+    template = ChatTemplate.from_model(Path(engine.config.model))
+    rows = []
+    for name, request in (("repetitive", REPETITIVE_REQUEST), ("free", FREE_REQUEST)):
+        prompt = engine.tokenizer.encode(template.render([ChatMessage(role="user", content=request)]))
+        plain: list[float] = []
+        spec: list[float] = []
+        drafted = accepted = 0
+        same = True
+        for _ in range(rounds):
+            engine.set_speculative(None)
+            reference, rate = _run_one(engine, prompt, max_tokens)
+            plain.append(rate)
+            engine.set_speculative(config)
+            before = engine.stats()
+            output, rate = _run_one(engine, prompt, max_tokens)
+            after = engine.stats()
+            spec.append(rate)
+            drafted += after.spec_num_draft_tokens - before.spec_num_draft_tokens
+            accepted += after.spec_num_accepted_tokens - before.spec_num_accepted_tokens
+            same = same and output == reference
+        engine.set_speculative(None)
+        rows.append({"text": name, "prompt_tokens": len(prompt),
+                     "tokens_per_s_plain": round(statistics.median(plain), 2),
+                     "tokens_per_s_speculative": round(statistics.median(spec), 2),
+                     "speedup": round(statistics.median(spec) / statistics.median(plain), 2),
+                     "acceptance": round(accepted / drafted, 3) if drafted else None,
+                     "draft_tokens": drafted, "greedy_output_unchanged": same})
+    return rows
+
+
+def int8_quality(fp32: LLMEngine, int8: LLMEngine, max_tokens: int) -> dict[str, Any]:
+    """Greedy answers of the quality gate's probe set, int8 against fp32: token agreement and identical answers."""
+    template = ChatTemplate.from_model(Path(fp32.config.model))
+    prompts = [fp32.tokenizer.encode(template.render([ChatMessage(**m) for m in p.messages()])) for p in PROBES]
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+    reference, candidate = fp32.generate(prompts, params), int8.generate(prompts, params)
+    matching = total = 0
+    prefixes = []
+    for ref, cand in zip(reference, candidate, strict=True):
+        matching += sum(a == b for a, b in zip(ref, cand, strict=False))
+        total += max(len(ref), len(cand))
+        prefixes.append(next((i for i, (a, b) in enumerate(zip(ref, cand, strict=False)) if a != b),
+                             min(len(ref), len(cand))))
+    return {"probes": len(PROBES), "quality_tokens": max_tokens,
+            "token_agreement": round(matching / total, 3),
+            "identical_answers": sum(r == c for r, c in zip(reference, candidate, strict=True)),
+            "mean_tokens_to_first_divergence": round(statistics.mean(prefixes), 1)}
+
+
+def machine(loads: tuple[tuple[float, ...], tuple[float, ...]], threads: int) -> dict[str, Any]:
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+    model = next((ln.split(":", 1)[1].strip() for ln in lscpu.splitlines() if ln.startswith("Model name")), "unknown")
+    return {"cpu_model": model, "cores": os.cpu_count(), "torch": torch.__version__, "torch_threads": threads,
+            "python": platform.python_version(), "load_average_start": [round(v, 2) for v in loads[0]],
+            "load_average_end": [round(v, 2) for v in loads[1]]}

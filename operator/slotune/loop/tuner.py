@@ -396,7 +396,8 @@ class Tuner:
         if quality is None:
             return verdict
         if not quality.keep:
-            return replace(verdict, keep=False, reason=quality.reason, regressions=(*verdict.regressions, "quality"))
+            reason = quality.reason if verdict.keep else f"{quality.reason}; {verdict.reason}"
+            return replace(verdict, keep=False, reason=reason, regressions=(*verdict.regressions, "quality"))
         return replace(verdict, reason=f"{verdict.reason}; {quality.reason}")
 
     def _restore(self, state: TuningState, config: RuntimeConfig) -> TuningState:

@@ -159,3 +159,22 @@ def test_without_allow_quality_change_no_output_altering_knob_ever_moves(seed: i
         TuningSpec(knobs=[Knob.QUANTIZATION])
     with pytest.raises(ValueError, match="allowQualityChange"):
         TuningSpec(knobs=[Knob.KV_CACHE_DTYPE])
+
+
+# -- local mode's wiring ----------------------------------------------------------------------------------------------
+
+def test_slotune_tune_hands_its_tuner_a_gate_whose_references_a_fresh_run_drops(tmp_path: Path):
+    from slotune.api import load_tunedmodel
+    from slotune.local.command import LocalRun
+    from tests.unit.api_cases import EXAMPLES
+
+    model = load_tunedmodel(next(p for p in EXAMPLES if p.name == "local-tiny.yaml"))
+    stale = tmp_path / "quality" / "reference-0.json"
+    stale.parent.mkdir()
+    stale.write_text("{}")
+    resumed = LocalRun(model, "builtin://tiny", tmp_path, None, resume=True)
+    assert stale.exists() and resumed.quality.spec == model.spec.quality
+    fresh = LocalRun(model, "builtin://tiny", tmp_path, None, resume=False)
+    assert not stale.exists()  # an earlier run's references may be of another model
+    assert fresh.quality.store_dir == tmp_path / "quality" and fresh.quality.model == model.spec.model.name
+    assert fresh.tuner().quality is fresh.quality

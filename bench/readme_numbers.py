@@ -152,6 +152,48 @@ def operator_scale_rows(scale: Result) -> list[str]:
     return rows
 
 
+def real_model_rows(real: Result) -> list[str]:
+    """SmolLM2 on CPU: batch-1 decode against the bandwidth bound and the peers, streams, speculation, int8."""
+    sides = {s["side"]: s for s in real["batch1"]}
+    engine, streams, q = sides["engine (fp32)"], real["streams"], real["int8"]
+    peer = real["llama_cpp"]
+    versus_peer = (f"**{_x(real['engine_speedup_over_llama_cpp'])}** llama.cpp's server (F32 GGUF) tokens/s"
+                   if peer["available"] and real["engine_speedup_over_llama_cpp"] is not None
+                   else f"llama.cpp not measured ({peer['why_not'].split(' (')[0]}; why in real_model.md)")
+    ours = " / ".join(f"{v:.0f}" for v in streams["runtime_tokens_per_s"].values())
+    theirs = streams["llama_cpp_tokens_per_s"]
+    counts = " / ".join(streams["runtime_tokens_per_s"])
+    spec = {s["text"]: s for s in real["speculative"]}
+    return [
+        _row("SmolLM2-135M (fp32) batch-1 decode vs the memory-bandwidth bound (weight bytes / copy bandwidth, "
+             "measured in the same run)",
+             f"**{engine['tokens_per_s']:.1f} tokens/s = {_pct(real['engine_fraction_of_bound'])}** of the bound "
+             f"(target >= {_pct(real['target_fraction_of_bound'])}; {_pct(real['engine_fraction_of_read_bound'])} "
+             "of the read-only bound)", "real_model.md"),
+        _row("SmolLM2 batch 1 vs transformers `generate` and llama.cpp, same weights",
+             f"**{_x(real['engine_speedup_over_hf_generate'])}** `generate`'s tokens/s; {versus_peer}",
+             "real_model.md"),
+        _row(f"SmolLM2 through the HTTP server, {counts} concurrent streams, aggregate tokens/s",
+             f"**{ours}**" + ("" if not theirs else f" (llama.cpp {' / '.join(f'{v:.0f}' for v in theirs.values())})"),
+             "real_model.md"),
+        _row("SmolLM2 n-gram speculation (k = 4), batch 1: repetitive / free text",
+             f"**{_x(spec['repetitive']['speedup'])}** / {_x(spec['free']['speedup'])} (acceptance "
+             f"{spec['repetitive']['acceptance']:.2f} / {spec['free']['acceptance']:.2f})", "real_model.md"),
+        _row(f"SmolLM2 int8 weights vs fp32: batch-1 speed, greedy token agreement on the {q['probes']} quality probes",
+             f"**{_x(q['speedup_over_fp32'])}**, {_pct(q['token_agreement'])} of tokens agree, "
+             f"{q['identical_answers']} of {q['probes']} answers identical", "real_model.md"),
+    ]
+
+
+def real_model_block(results: Path) -> str:
+    real = load(results, "real_model")
+    m = real["machine"]
+    return _block([f"Measured on the {m['cores']}-core {m['cpu_model']} with {m['torch_threads']} torch thread(s), "
+                   f"load average {m['load_average_start'][0]:g} at the start and {m['load_average_end'][0]:g} at "
+                   "the end (`make bench` runs `bench/bench_real_model.py`):", "",
+                   "| what | result | file |", "|---|---|---|", *real_model_rows(real)])
+
+
 def _name(strategy: str) -> str:
     return {"tpe": "Optuna TPE"}.get(strategy, strategy)
 
@@ -311,6 +353,7 @@ def render_regions(results: Path) -> dict[str, str]:
         "simulator-summary": lambda: simulator_counts(validation).describe(),
         "simulator-worst": lambda: simulator_worst(validation),
         "tuner-shortfall": lambda: tuner_shortfall(tuner),
+        "real-model": lambda: real_model_block(results),
     }
     return {name: render() for name, render in renderers.items()}
 

@@ -47,11 +47,16 @@ def _demo_elapsed(body: dict[str, Any]) -> None:
     body["elapsed_s"] = 4321.0
 
 
+def _real_model_fraction(body: dict[str, Any]) -> None:
+    body["engine_fraction_of_bound"] = 0.07
+
+
 @pytest.mark.parametrize(("name", "change", "expected"), [
     ("engine", _engine_ratio, "**7.50x** (target >= 6x)"),
     ("tuner", _tuner_median, "slotune **4.5 / "),
     ("simulator_validation", _simulator_error, "TTFT P50, 200% high"),
     ("demo", _demo_elapsed, "The whole run took 4321 s"),
+    ("real_model", _real_model_fraction, "tokens/s = 7%** of the bound"),
 ])
 def test_a_changed_result_changes_the_readme(tmp_path: Path, name: str, change: Callable[[dict[str, Any]], None],
                                              expected: str) -> None:
@@ -134,3 +139,11 @@ def test_benchmark_defaults_are_the_parameters_of_the_committed_results() -> Non
     scale, script = _result("operator_scale"), ROOT / "bench/bench_operator_scale.py"
     assert tuple(scale["counts"]) == _constant(script, "COUNTS")
     assert scale["window_s"] == _constant(script, "WINDOW_S")
+    real, script = _result("real_model"), ROOT / "bench/bench_real_model.py"
+    setup = real["setup"]
+    assert {flag: _argument_defaults(script).get(flag) for flag in
+            ("--rounds", "--max-tokens", "--stream-tokens", "--quality-tokens", "--threads")} == {
+        "--rounds": setup["rounds"], "--max-tokens": setup["max_tokens"], "--stream-tokens": setup["stream_tokens"],
+        "--quality-tokens": setup["quality_tokens"], "--threads": real["machine"]["torch_threads"]}
+    assert (tuple(setup["streams"]), setup["speculative_config"]) == (_constant(script, "STREAMS"),
+                                                                       _constant(script, "SPEC_CONFIG"))

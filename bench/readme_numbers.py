@@ -117,19 +117,34 @@ def tuner_rows(tuner: Result) -> list[str]:
         return f"slotune **{spread(ours, key, stats)}**; " + "; ".join(
             f"{_name(s['strategy'])} {spread(s, key, stats)}" for s in others)
 
+    expected = tuner.get("random_expected")
+    exact = "" if not expected else (f"; uniform random search in exact expectation {_count(expected['median'])} / "
+                                     f"{_count(expected['p90'])} / {expected['mean']:.1f}")
+    fresh = [r["fresh_met"] for s in scenarios if s["feasible"] for r in s["results"]
+             if r["strategy"] == "slotune" and r.get("fresh_met") is not None]
+    held = sum(f == 3 for f in fresh)
+    on_evidence = ours.get("infeasible_on_evidence", 0)
+    within = ours.get("infeasible_within_bound_of_evidence", 0)
+    most = ours.get("changes_after_evidence_max")
     recognised = f"{ours['infeasible_recognised']}/{ours['infeasible_total']}"
     wrongly = "none" if ours["false_infeasible"] == 0 else str(ours["false_infeasible"])
     goodput = ", ".join(f"{_name(s['strategy'])} {s['goodput_ratio_mean']:.2f}" for s in others)
     return [
         _row(f"tuner, {len(scenarios)} simulated scenarios ({num_feasible} feasible; hardware skewed from the tuner's "
              "model; a config counts only if it meets the SLO on every scored window of traffic), configs applied "
-             "until the SLO holds, median / p90 / mean", versus("configs_to_slo", ("median", "p90", "mean")),
+             "until the SLO holds, median / p90 / mean", versus("configs_to_slo", ("median", "p90", "mean")) + exact,
              "tuner.md"),
         _row(f"tuner, configs until one within {NEAR_ORACLE:.0%} of the oracle's goodput, median / p90 "
              f"(budget {tuner['budget']}; {tuner['budget'] + 1} = never)",
              versus("configs_to_near_oracle", ("median", "p90")), "tuner.md"),
         _row("tuner, infeasible scenarios recognised",
              f"slotune **{recognised}**, {wrongly} wrongly; baselines cannot tell", "tuner.md"),
+        _row("tuner, infeasible called within 2 changes of the first window whose evidence sufficed (the model: a "
+             "target below every allowed floor, or a load far beyond maxReplicas)",
+             f"slotune **{within} of {on_evidence}**" + ("" if most is None else f", at most {most} changes after it")
+             + f"; {ours['infeasible_recognised'] - on_evidence} more called after every remedy was tried", "tuner.md"),
+        _row("tuner, slotune's final config meets the SLO on 3 fresh windows of traffic no strategy measured",
+             f"**{held} of {len(fresh)}** feasible scenarios ({sum(fresh)} of {3 * len(fresh)} windows)", "tuner.md"),
         _row("tuner, final goodput / exhaustive oracle, median / mean",
              f"slotune **{ours['goodput_ratio_median']:.2f} / {ours['goodput_ratio_mean']:.2f}**; {goodput} (mean)",
              "tuner.md"),

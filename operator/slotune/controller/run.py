@@ -24,6 +24,7 @@ from slotune.knobs import RuntimeConfig
 from slotune.loop import ApplyResult, Tuner, TuningProblem, TuningState
 from slotune.perfmodel.model_profile import LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3_2_1B, MODELS, ModelProfile
 from slotune.quality import QualityGate
+from slotune.quality.gate import in_background
 from slotune.resources import RUNTIME_PORT
 from slotune.settings import OperatorSettings
 
@@ -77,7 +78,7 @@ class TuningRun:
         self.source = PromQLSource(tm, settings, lambda: self.changed_at_s, windows, clock)
         self.store = StatusStateStore(api, tm, self.health, on_saved=self._saved)
         problem = TuningProblem.from_spec(tm.spec, profile_for(tm.spec))
-        quality = QualityGate(tm.spec.quality, self._openai_urls, tm.spec.model.name)
+        quality = QualityGate(tm.spec.quality, self._openai_urls, tm.spec.model.name, submit=in_background)
         self.tuner = Tuner(problem, _Timed(self), self.source, self.store, clock, quality=quality)
 
     def _openai_urls(self) -> list[str]:

@@ -49,7 +49,7 @@ from slotune.policy import (
     propose_trim,
 )
 from slotune.policy.best_effort import without_targets
-from slotune.quality.gate import QualityProbe
+from slotune.quality.gate import QualityProbe, QualityVerdict
 from slotune.slo import SLOSpec
 from slotune.slo_bound import CONFIDENCE, bounds, pool, tightened
 from slotune.snapshot import MetricsSnapshot
@@ -332,13 +332,16 @@ class Tuner:
     def _apply_pending(self, state: TuningState) -> TuningState:
         pending = state.pending
         assert pending is not None
-        if self.quality is not None:  # its reference is recorded while the previous config still serves
-            self.quality.before(pending.previous, pending.config)
+        # The reference is recorded while the previous config still serves; until it is, the change stays an intent.
+        if self.quality is not None and not self.quality.before(pending.previous, pending.config):
+            return state.evolve(message=f"recording the quality reference before {pending.change}")
         result = self.backend.apply(pending.config)
         if result.in_progress:  # stays an unapplied intent: the next step asks the backend again
             return state.evolve(message=f"rolling out {pending.change}: {result.reason}")
         applied = state.changes_applied + 1
         if result.ok:
+            if self.quality is not None:  # the candidate's probe run starts now: its verdict is due by the window's
+                self.quality.check(pending.previous, pending.config)
             return state.evolve(pending=pending.model_copy(update={"applied": True}), changes_applied=applied,
                                 tried_keys=state.tried_keys | {pending.config.key()}, phase=Phase.VERIFYING,
                                 cooldown_until_s=self.clock() + self.problem.tuning.cooldown_s,
@@ -355,7 +358,10 @@ class Tuner:
         judged = without_targets(self.problem.slo, out_of_reach) or self.problem.slo  # best effort: what is in reach
         verdict = verify(baseline, snapshot, pending.target_metric, pending.target_percentile, judged,
                          costs_nothing=costs_nothing(pending.previous, pending.config), earlier_after=state.first_after)
-        verdict = self._with_quality(verdict, pending)
+        quality = self.quality.check(pending.previous, pending.config) if self.quality is not None else None
+        if quality is not None and quality.pending:  # its requests are in this window anyway: judge the next one
+            return state.evolve(message=f"{pending.change}: {quality.reason}; the window is not judged"), False
+        verdict = self._with_quality(verdict, quality)
         if pending.trim:
             met = self.problem.slo.is_met(snapshot)
             if met and state.first_after is None and self.problem.tuning.convergence_windows > 1:
@@ -389,10 +395,10 @@ class Tuner:
         # The baseline window still describes the restored config: decide the next change from it right away.
         return self._decide(state.evolve(baseline=None), baseline), False
 
-    def _with_quality(self, verdict: Verification, pending: PendingChange) -> Verification:
+    @staticmethod
+    def _with_quality(verdict: Verification, quality: QualityVerdict | None) -> Verification:
         """A change that can alter outputs is kept only if the quality gate holds as well; one that breaks it is
         rolled back at once (a quality regression, never inconclusive), its numbers in the history."""
-        quality = self.quality.check(pending.previous, pending.config) if self.quality is not None else None
         if quality is None:
             return verdict
         if not quality.keep:

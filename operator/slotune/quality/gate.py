@@ -6,12 +6,17 @@ OpenAI endpoint: it records the probe set's answers on the running config (the r
 applied, records them again on the candidate, compares (`compare.py`) and holds the result to `spec.quality`.
 It fails closed: a change whose quality could not be measured (a failed probe request, a reference lost to a
 restart of the process) is not kept. References can be kept in a directory, so a resumed local run still has them.
+A recording takes a probe set's worth of requests (16-32 s for SmolLM2 on a busy CPU): local mode records in the
+call, the operator in the background (`in_background`), so a tick never waits on it; until a recording is done,
+`before` answers False and `check` a pending verdict, and the loop asks again on a later step.
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -28,15 +33,21 @@ class QualityVerdict:
     keep: bool
     reason: str  # the numbers against their bounds, or why nothing could be measured
     measurement: QualityMeasurement | None = None
+    pending: bool = False  # the candidate's probe run is still going: no verdict yet
+
+
+PENDING = QualityVerdict(False, "the quality probe of the candidate is still running", pending=True)
 
 
 class QualityProbe(Protocol):
-    def before(self, previous: RuntimeConfig, config: RuntimeConfig) -> None:
-        """Called while `previous` serves, before `config` is applied: record what the gate needs to judge it."""
+    def before(self, previous: RuntimeConfig, config: RuntimeConfig) -> bool:
+        """Called while `previous` serves, before `config` is applied: record what the gate needs to judge it.
+        False while that recording runs (ask again later); True once done, or when nothing is needed."""
         ...
 
     def check(self, previous: RuntimeConfig, config: RuntimeConfig) -> QualityVerdict | None:
-        """Called while `config` serves: the verdict on its outputs, or None for a change that cannot alter them."""
+        """Called while `config` serves: the verdict on its outputs (`pending` while it is being measured), or None
+        for a change that cannot alter them."""
         ...
 
 
@@ -59,50 +70,93 @@ class QualityCheck:
 
 
 Recorder = Callable[[Sequence[str], str, int], QualityRecord]
+Submit = Callable[[Callable[[], QualityRecord]], "Future[QualityRecord]"]
+
+
+def inline(work: Callable[[], QualityRecord]) -> Future[QualityRecord]:
+    """Run a recording in the caller (local mode: its loop may take a step as long as it likes)."""
+    return _run_into(work, Future())
+
+
+def in_background(work: Callable[[], QualityRecord]) -> Future[QualityRecord]:
+    """Run a recording on a thread of its own (the operator: a tick must not wait for it). Daemon threads: a
+    recording cut short by the operator stopping is lost, and the change it was for fails closed after a restart."""
+    future: Future[QualityRecord] = Future()
+    threading.Thread(target=_run_into, args=(work, future), name="quality-probe", daemon=True).start()
+    return future
+
+
+def _run_into(work: Callable[[], QualityRecord], future: Future[QualityRecord]) -> Future[QualityRecord]:
+    try:
+        future.set_result(work())
+    except BaseException as error:  # handed to whoever reads the future
+        future.set_exception(error)
+    return future
 
 
 class QualityGate:
     """A `QualityProbe` over the OpenAI endpoints `urls()` returns (the replicas serving now)."""
 
     def __init__(self, spec: QualitySpec, urls: Callable[[], Sequence[str]], model: str,
-                 store_dir: Path | None = None, recorder: Recorder = record) -> None:
+                 store_dir: Path | None = None, recorder: Recorder = record, submit: Submit = inline) -> None:
         self.spec, self.urls, self.model, self.store_dir, self.recorder = spec, urls, model, store_dir, recorder
+        self._submit = submit
+        self._running: dict[tuple[str, ...], Future[QualityRecord]] = {}  # recordings under way, by what they are for
         self._references: dict[str, QualityRecord | str] = {}  # config key -> record, or why none was taken
         self._verdicts: dict[tuple[str, str], QualityVerdict] = {}
         self.checks: list[QualityCheck] = []  # every verdict given, oldest first
 
-    def before(self, previous: RuntimeConfig, config: RuntimeConfig) -> None:
+    def before(self, previous: RuntimeConfig, config: RuntimeConfig) -> bool:
         if not self.spec.enabled or not alters_outputs(previous, config):
-            return
+            return True
         if isinstance(self._reference(previous), QualityRecord):
-            return  # recorded for an earlier change from the same config
-        try:
-            reference: QualityRecord | str = self.recorder(self.urls(), self.model, self.spec.probe_max_tokens)
-        except RecordFailed as error:
-            reference = str(error)
+            return True  # recorded for an earlier change from the same config
+        reference = self._recording(("reference", previous.key()))
+        if reference is None:
+            return False
         self._references[previous.key()] = reference
         if isinstance(reference, QualityRecord) and self.store_dir is not None:
             self.store_dir.mkdir(parents=True, exist_ok=True)
             self._path(previous).write_text(reference.model_dump_json())
+        return True
 
     def check(self, previous: RuntimeConfig, config: RuntimeConfig) -> QualityVerdict | None:
         if not self.spec.enabled or not alters_outputs(previous, config):
             return None
         key = (previous.key(), config.key())
         if key not in self._verdicts:  # a verdict waiting on one more latency window is not measured twice
-            self._verdicts[key] = verdict = self._judge(previous)
+            verdict = self._judge(previous, key)
+            if verdict.pending:
+                return verdict
+            self._verdicts[key] = verdict
             self.checks.append(QualityCheck(previous, config, verdict))
         return self._verdicts[key]
 
-    def _judge(self, previous: RuntimeConfig) -> QualityVerdict:
+    def _recording(self, key: tuple[str, ...]) -> QualityRecord | str | None:
+        """The probe set's answers for `key`: recorded on the first call, then the record (or why there is none)
+        once done; None while the recording runs."""
+        future = self._running.get(key)
+        if future is None:
+            future = self._running[key] = self._submit(
+                lambda: self.recorder(self.urls(), self.model, self.spec.probe_max_tokens))
+        if not future.done():
+            return None
+        del self._running[key]
+        try:
+            return future.result()
+        except RecordFailed as error:
+            return str(error)
+
+    def _judge(self, previous: RuntimeConfig, key: tuple[str, str]) -> QualityVerdict:
         reference = self._reference(previous)
         if not isinstance(reference, QualityRecord):
             why = reference or "no reference was recorded before the change (the process restarted)"
             return QualityVerdict(False, f"quality not measured: {why}")
-        try:
-            candidate = self.recorder(self.urls(), self.model, self.spec.probe_max_tokens)
-        except RecordFailed as error:
-            return QualityVerdict(False, f"quality not measured: {error}")
+        candidate = self._recording(("candidate", *key))
+        if candidate is None:
+            return PENDING
+        if not isinstance(candidate, QualityRecord):
+            return QualityVerdict(False, f"quality not measured: {candidate}")
         measured = compare(reference, candidate)
         broken = self._broken(measured)
         if broken:

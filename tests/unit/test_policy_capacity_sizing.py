@@ -63,3 +63,27 @@ def test_a_window_that_only_just_missed_gets_one_replica_more_not_the_model_s_co
     decision = propose(diagnose(snapshot, config, slo, deployment, workload), given)
     assert isinstance(decision, Proposal) and config.changed_knobs(decision.config) == {"replicas"}
     assert decision.config.replicas == 3
+
+
+
+def test_the_sized_capacity_change_never_carries_8bit_weights():
+    """8-bit weights alter outputs: a change of their own (attributed, and judged by the quality gate alone), never
+    part of a capacity change, even on a low-bandwidth part where the spec allows them."""
+    l4 = Deployment.from_names("llama-3.1-8b", "l4")
+    load = WorkloadSpec(profile=Profile.CHAT, request_rate_per_s=12)
+    tuning = TuningSpec(allow_quality_change=True, bounds=KnobBounds(max_replicas=8),
+                        knobs=[Knob.MAX_NUM_SEQS, Knob.REPLICAS, Knob.QUANTIZATION])
+    config, sized = START, 0
+    for _ in range(4):
+        snapshot = simulate_workload(l4, config, load, 150, seed=0).snapshot
+        diagnosis = diagnose(snapshot, config, RELAXED, l4, load)
+        if diagnosis.primary is None:
+            break
+        decision = propose(diagnosis, PolicyInput(config, snapshot, RELAXED, tuning, l4, frozenset(), workload=load))
+        if not isinstance(decision, Proposal):
+            break
+        moved = config.changed_knobs(decision.config)
+        assert "quantization" not in moved or moved == {"quantization"}, decision.reason
+        sized += moved == {"max_num_seqs", "replicas"}
+        config = decision.config
+    assert sized, "the load never called for a sized capacity change: the test proves nothing"

@@ -161,10 +161,11 @@ def _capacity(given: PolicyInput) -> list[Remedy]:
 def _sized_capacity(given: PolicyInput, batch: Remedy) -> Remedy | None:
     """Where the load needs more replicas and the batch limit binds too, one capacity change sized by the model: the
     batch step and the replicas the load needs at that batch (with prefix caching where prompts share prefixes,
-    which costs nothing, and 8-bit weights where the spec allows them on a low-bandwidth part, which the policy
-    would propose first there). All answer the one bottleneck, queueing, and are judged on it; one knob at a time would
-    first add the replicas the small batch needs (every allowed one, typically), then raise the batch, then trim
-    the replicas back. If it is rolled back, the single-knob steps behind it are still there."""
+    which costs nothing and changes no output). Both answer the one bottleneck, queueing, and are judged on it as
+    one change; one knob at a time would first add the replicas the small batch needs (every allowed one,
+    typically), then raise the batch, then trim the replicas back. 8-bit weights never ride along: they alter
+    outputs, so they are a change of their own, attributed and passed through the quality gate alone. If the sized
+    change is rolled back, the single-knob steps behind it are still there."""
     c, knobs = given.config, given.tuning.knobs
     if batch.knob is not Knob.MAX_NUM_SEQS or Knob.REPLICAS not in knobs or Knob.MAX_NUM_SEQS not in knobs:
         return None
@@ -172,10 +173,6 @@ def _sized_capacity(given: PolicyInput, batch: Remedy) -> Remedy | None:
     prefix = enable_prefix_cache(given)
     if prefix is not None and Knob.ENABLE_PREFIX_CACHING in knobs:
         target = target.with_changes(enable_prefix_caching=True)
-    quant = quantize(given, "")  # only where the spec allows quality changes; first on low-bandwidth parts anyway
-    low_bandwidth = given.deployment.accelerator.memory_bandwidth_bytes_per_s < LOW_BANDWIDTH_BYTES_PER_S
-    if quant is not None and low_bandwidth and Knob.QUANTIZATION in knobs:
-        target = target.with_changes(quantization=quant.config.quantization)
     wanted = min(max(c.replicas + 1, replicas_for_load(given, target)), max_replicas(given))
     if wanted <= c.replicas:
         return None

@@ -161,3 +161,31 @@ def test_a_window_whose_read_is_in_flight_is_the_window_read_next_tick() -> None
             break
     assert ends == [end] and source.window_end_s(60.0) >= end + 60.0
     windows.close()
+
+
+class _Member:
+    """A reader of the namespace's windows (a PromQLSource in the operator)."""
+
+
+def test_members_set_the_grid_before_any_read_and_a_read_in_flight_is_never_queued_twice() -> None:
+    release, calls, now = threading.Event(), [], [1000.0]
+
+    def read(url, names, namespace, window_s, end_s):
+        calls.append(end_s)
+        release.wait(10)
+        return {}
+
+    windows = SharedWindows(read, clock=lambda: now[0], patience_s=0.0)
+    url = "http://prometheus:9090"
+    members = [_Member() for _ in range(300)]
+    for member in members:
+        windows.join(url, "team-a", member)
+    assert windows.grid_s(url, "team-a", 60.0, 2.0) == 60.0  # 300 readers known before any read
+    with pytest.raises(WindowOpen):
+        windows.readings(_key(990.0), NAMES)
+    now[0] = 990.0 + 3 * 60.0  # the read outlived two windows: still in flight, so still the one answer
+    with pytest.raises(WindowOpen):
+        windows.readings(_key(990.0), NAMES)
+    assert calls == [990.0] and windows.reads == 1
+    release.set()
+    windows.close()

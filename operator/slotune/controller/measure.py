@@ -38,6 +38,7 @@ class PromQLSource:
         self.tuning = tm.spec.tuning
         self.tick_s = settings.tick_s  # window ends fall on a shared grid (grid_s), so reads can be shared
         self._windows = windows
+        windows.join(self.url, self.namespace, self)  # the namespace's size sets its window grid (windows.py)
         self._changed_at_s = changed_at_s
         self._clock = clock
         self.last_end_s = clock()  # a fresh operator measures from now on, never data it did not watch

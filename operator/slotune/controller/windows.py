@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -79,16 +80,25 @@ class SharedWindows:
         self._started: dict[WindowKey, float] = {}  # when each read in flight started (monotonic)
         self._took_s: dict[tuple[str, str], float] = {}  # (url, namespace) -> how long its last read took
         self._sizes: dict[tuple[str, str], int] = {}  # (url, namespace) -> deployments its last read returned
+        self._members: dict[tuple[str, str], weakref.WeakSet[object]] = {}  # (url, namespace) -> live readers
         self._readers = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="slotune-promql")
         self.reads = 0  # grouped reads made (each is one set of PromQL queries)
 
     def close(self) -> None:
         self._readers.shutdown(wait=False, cancel_futures=True)
 
-    def grid_s(self, url: str, namespace: str, window_s: float, tick_s: float) -> float:
-        """The grid this namespace's windows end on now (`grid_s` at the size of its last read)."""
+    def join(self, url: str, namespace: str, member: object) -> None:
+        """`member` reads this namespace's windows (until it is garbage): the namespace's size is known before its
+        first read answers. Without it, a thousand new TunedModels all chose the tick grid for their first window,
+        and ~50 reads of the whole namespace queued behind each other for longer than the windows lasted."""
         with self._lock:
-            return grid_s(window_s, tick_s, self._sizes.get((url, namespace), 0))
+            self._members.setdefault((url, namespace), weakref.WeakSet()).add(member)
+
+    def grid_s(self, url: str, namespace: str, window_s: float, tick_s: float) -> float:
+        """The grid this namespace's windows end on now: `grid_s` at the larger of its members and its last read."""
+        with self._lock:
+            size = max(self._sizes.get((url, namespace), 0), len(self._members.get((url, namespace), ())))
+            return grid_s(window_s, tick_s, size)
 
     def readings(self, key: WindowKey, names: MetricNames) -> Readings:
         """Every deployment's readings of the window `key` names (`names`: the engine's metric names); raises what
@@ -127,5 +137,6 @@ class SharedWindows:
 
     def _forget_old(self) -> None:
         now = self._clock()
-        for key in [k for k in self._answers if k.end_s + 2 * k.window_s < now]:
+        # A read still in flight is never dropped: the next tick would queue the same read again behind it.
+        for key in [k for k, a in self._answers.items() if k.end_s + 2 * k.window_s < now and a.done()]:
             del self._answers[key]

@@ -11,7 +11,11 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+STARTED = "Activity 'configure' succeeded"  # kopf's line for slotune's startup handler: imports done, settings read
+STARTUP_S = 600
 
 
 class OperatorProcess:
@@ -36,7 +40,18 @@ class OperatorProcess:
                 [sys.executable, "-m", "slotune.cli", "operator"], env=env, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )
+        self._wait_started()
         return self
+
+    def _wait_started(self) -> None:
+        """Until the operator's startup handler ran (or the process ended): its imports (kopf, kubernetes, scipy) take
+        ~4 s on quiet cores and took over 60 s on a loaded 2-core machine, where a test's 60 s wait for the operator's
+        first act then ran out before it had logged a line. Tests time the operator's behaviour, not Python's start."""
+        deadline = time.monotonic() + STARTUP_S
+        while self.alive() and STARTED not in self.log_path.read_text(errors="replace"):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the operator did not start within {STARTUP_S} s\n{self.log_tail()}")
+            time.sleep(0.2)
 
     def kill(self) -> None:
         """SIGKILL: no cleanup, exactly what a crashed or evicted operator pod leaves behind."""

@@ -213,7 +213,7 @@ def _lower_bound_lines(results: list[ScenarioResult]) -> list[str]:
             f"fewest fields that differ between the start and any SLO-meeting configuration found (a change may "
             f"set two: chunked prefill with its budget; median {_pct([f for _, f in pairs], 50):g} here); slotune's "
             f"sized capacity change sets the batch limit and the replicas the load needs at it (with prefix caching, "
-            f"and 8-bit weights where allowed on a low-bandwidth part) as one change, so it can beat that bound. "
+            f"which changes no output) as one change, so it can beat that bound. "
             f"slotune "
             f"reached the SLO in {len(reached)} of {len(pairs)} feasible scenarios, {at_bound} of them with no "
             f"change beyond that bound and {extra} extra changes in all. The search baselines do not change one "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -57,7 +58,7 @@ def tune(path: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
             if changed != last_change[0]:
                 last_change = (changed, time.monotonic())
             if time.monotonic() - last_change[1] > STALL_S:
-                process.kill()
+                kill_run(process, out)
                 pytest.fail(f"no progress in {out} for {STALL_S} s")
             time.sleep(0.5)
         streams.shutdown()
@@ -78,6 +79,16 @@ def runtime_pids(marker: str) -> list[int]:
         if marker in cmdline and "gpu_runtime" in cmdline and state != "Z":
             found.append(int(entry.name))
     return found
+
+
+def kill_run(process: subprocess.Popen, out: Path) -> None:
+    """A failing test's last resort: SIGKILL gives the run no chance to stop its runtimes (their own sessions), so
+    they are killed here too; a failed test leaves no process behind."""
+    process.kill()
+    process.wait()
+    for pid in runtime_pids(str(out)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
 
 
 def report(out: Path) -> dict:
@@ -151,7 +162,7 @@ def test_ctrl_c_mid_run_leaves_no_runtime_behind(tmp_path: Path) -> None:
         stop_s = time.monotonic() - interrupted
     finally:
         if process.poll() is None:
-            process.kill()
+            kill_run(process, out)
     assert process.returncode == 130, output
     assert "interrupted" in output
     assert runtime_pids(str(out)) == []

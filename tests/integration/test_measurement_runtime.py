@@ -115,10 +115,12 @@ def _client_ttft_ms(records: list, percentile: int) -> float:
 
 
 def _ttft_allowance_ms(records: list) -> float:
-    """How far the client's TTFT may sit above the server's in this window: twice the longest gap between two
-    chunks the client saw (the HTTP/SSE path adds one wait before submit and one before the first write, and the
-    client sees the same waits, engine steps and its own loop's stalls, between chunks)."""
-    return 2000 * max(gap for record in records for gap in record.itl_s)
+    """How far the client's TTFT may sit above the server's in this window: three times the longest gap between two
+    chunks the client saw. The path adds three waits for a core: the client's loop sending the request, the
+    server's loop before submit, and the first write and its read; between chunks the client sees the same kind of
+    wait (engine step, both loops' stalls). Two gaps, leaving out the send, failed once under two CPU hogs: a
+    client P99 of 59.4 ms against a (10, 20] ms server bucket and 2 x 17.6 ms."""
+    return 3000 * max(gap for record in records for gap in record.itl_s)
 
 
 @pytest.mark.parametrize("percentile", [50, 99])

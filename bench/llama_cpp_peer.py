@@ -124,12 +124,7 @@ def server(peer: LlamaCpp, model: Path, threads: int, slots: int, context: int) 
             time.sleep(0.5)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         Path(log.name).unlink(missing_ok=True)
 
 
@@ -141,3 +136,13 @@ def decode_ms_per_token(url: str, prompt_ids: list[int], max_tokens: int) -> flo
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=600) as answer:
         return float(json.loads(answer.read())["timings"]["predicted_per_token_ms"])
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """A benchmark's server process: SIGTERM, then SIGKILL after 30 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -42,12 +42,7 @@ def runtime_server(path: str, threads: int, max_seqs: int) -> Iterator[str]:
         _wait_healthy(proc, url)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        llama_cpp_peer.stop(proc)
 
 
 def _wait_healthy(proc: subprocess.Popen[str], url: str) -> None:

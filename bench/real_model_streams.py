@@ -1,5 +1,6 @@
 """Aggregate tokens/s of N concurrent requests through an OpenAI-compatible HTTP server: the runtime's own
-(`python -m gpu_runtime serve`, a real subprocess) and, when installed, llama.cpp's `llama-server` with N slots.
+(`python -m gpu_runtime serve`, a real subprocess started by slotune's RuntimeProcess) and, when installed,
+llama.cpp's `llama-server` with N slots.
 
 Each request is a distinct prompt (no shared prefix to cache) asking for `max_tokens` tokens with ignore_eos, sent
 all at once; aggregate tokens/s = completion tokens of all requests / wall time from the first send to the last
@@ -9,54 +10,36 @@ answer (prefill included, as a client sees it). Rounds alternate the servers so 
 from __future__ import annotations
 
 import asyncio
-import socket
-import subprocess
-import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from bench import llama_cpp_peer
+from slotune.backends.processes import LaunchSpec, RuntimeProcess
 
 _PROMPT = "Request {i}: write a short note about the city number {i} on a long journey across the country."
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def runtime_server(path: str, threads: int, max_seqs: int) -> Iterator[str]:
-    port = _free_port()
-    cmd = [sys.executable, "-m", "gpu_runtime", "serve", "--model", path, "--served-model-name", "smollm2",
-           "--port", str(port), "--device", "cpu", "--dtype", "float32", "--num-threads", str(threads),
-           "--max-num-seqs", str(max_seqs), "--max-num-batched-tokens", "2048", "--max-model-len", "1024"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_healthy(proc, url)
-        yield url
-    finally:
-        llama_cpp_peer.stop(proc)
-
-
-def _wait_healthy(proc: subprocess.Popen[str], url: str) -> None:
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited {proc.returncode}: {proc.stderr.read()[-500:] if proc.stderr else ''}")
+    """The runtime as slotune runs it (slotune.backends.processes: own session, log file, killed at exit)."""
+    with tempfile.TemporaryDirectory(prefix="real-model-streams-") as workdir:
+        token_file = Path(workdir) / "admin-token"
+        token_file.write_text("bench-real-model")
+        spec = LaunchSpec(path, "smollm2", ("--dtype", "float32", "--max-num-seqs", str(max_seqs),
+                                            "--max-num-batched-tokens", "2048", "--max-model-len", "1024"),
+                          token_file, Path(workdir), num_threads=threads)
+        runtime = RuntimeProcess(spec, index=0)
         try:
-            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError("server did not become healthy in 600 s")
+            runtime.wait_healthy(timeout_s=600)  # loading the GGUF takes minutes on a busy 2-core machine
+            yield runtime.url
+        finally:
+            runtime.stop(timeout_s=30)
 
 
 async def _streams(url: str, n: int, max_tokens: int) -> tuple[int, float]:

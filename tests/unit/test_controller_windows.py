@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -16,7 +17,7 @@ import yaml
 
 from slotune.api import parse_tunedmodel
 from slotune.controller.measure import PromQLSource
-from slotune.controller.windows import SharedWindows, WindowKey, align_end_s, grid_s
+from slotune.controller.windows import PHASES, SharedWindows, WindowKey, align_end_s, grid_s, phase_s
 from slotune.loop.protocols import WindowOpen
 from slotune.metrics.names import names_for
 from slotune.metrics.window import MetricsUnavailable, UnavailableReason, WindowReadings
@@ -40,7 +41,7 @@ def test_window_ends_fall_on_a_shared_grid() -> None:
 def test_concurrent_ticks_for_one_window_make_one_read() -> None:
     release, calls = threading.Event(), []
 
-    def read(url, names, namespace, window_s, end_s):
+    def read(url, names, namespace, window_s, end_s, deployments=None):
         calls.append((namespace, end_s))
         release.wait(10)
         return {("a-runtime", "m"): WindowReadings(window_s=window_s, num_requests=7)}
@@ -60,7 +61,7 @@ def test_concurrent_ticks_for_one_window_make_one_read() -> None:
 def test_a_failed_read_answers_its_group_and_old_answers_are_dropped() -> None:
     calls, now = [], [1000.0]
 
-    def read(url, names, namespace, window_s, end_s):
+    def read(url, names, namespace, window_s, end_s, deployments=None):
         calls.append(end_s)
         raise MetricsUnavailable(UnavailableReason.UNREACHABLE, "connection refused")
 
@@ -86,14 +87,31 @@ def test_the_grid_coarsens_with_the_namespace_so_a_window_costs_one_read_of_a_la
     assert len(ends) <= 2  # the tick grid would make 30 reads of the whole namespace
 
 
-def test_the_grid_follows_the_size_of_the_last_read() -> None:
-    windows = SharedWindows(lambda *_: {(f"d{i}-runtime", "m"): WindowReadings(window_s=60.0) for i in range(500)},
-                            clock=lambda: 1000.0)
-    url = "http://prometheus:9090"
-    assert windows.grid_s(url, "team-a", 60.0, 2.0) == 2.0
-    windows.readings(_key(990.0), NAMES)
-    assert windows.grid_s(url, "team-a", 60.0, 2.0) == 60.0
-    assert windows.grid_s(url, "team-b", 60.0, 2.0) == 2.0  # another namespace, its own size
+def test_phases_spread_a_large_namespace_over_the_window_and_each_instant_reads_only_its_deployments() -> None:
+    """1,000 TunedModels: their window ends fall on PHASES instants of the window, evenly, and the read of an
+    instant asks Prometheus for the deployments waiting for it only (one read of all 1,000 at one instant, then
+    1,000 ticks at once, was tick lag p99 60 s)."""
+    grid = grid_s(60.0, 2.0, deployments=1000)
+    names = [f"tm{i:04d}-runtime" for i in range(1000)]
+    ends = Counter(align_end_s(1000.0 + 60.0, grid, phase_s(name, grid, 2.0)) for name in names)
+    assert len(ends) == PHASES and max(ends.values()) < 2 * 1000 / PHASES  # spread, none holds twice its share
+    assert all(1060.0 <= end < 1120.0 for end in ends)
+    assert {phase_s(name, 2.0, 2.0) for name in names} == {0.0}  # a few TunedModels: the tick grid, no shift
+    calls = []
+
+    def read(url, names_, namespace, window_s, end_s, deployments=None):
+        calls.append(deployments)
+        return {(d, "m"): WindowReadings(window_s=window_s, num_requests=3) for d in deployments or ()}
+
+    windows = SharedWindows(read, clock=lambda: 1000.0)
+    for d in ("a-runtime", "b-runtime"):
+        windows.want(_key(990.0), d)
+    windows.want(_key(994.0), "c-runtime")
+    assert set(windows.readings(_key(990.0), NAMES, "a-runtime")) == {("a-runtime", "m"), ("b-runtime", "m")}
+    windows.readings(_key(990.0), NAMES, "b-runtime")  # read with a's
+    late = windows.readings(_key(990.0), NAMES, "d-runtime")  # wanted after the read started: one more read
+    assert calls == [frozenset({"a-runtime", "b-runtime"}), frozenset({"d-runtime"})] and set(late) == {
+        ("d-runtime", "m")}
     windows.close()
 
 
@@ -102,7 +120,7 @@ def test_a_tick_never_waits_out_a_read_in_flight() -> None:
     worker, and coming back finds the one read's answer."""
     release, calls = threading.Event(), []
 
-    def read(url, names, namespace, window_s, end_s):
+    def read(url, names, namespace, window_s, end_s, deployments=None):
         calls.append(end_s)
         release.wait(10)
         return {("a-runtime", "m"): WindowReadings(window_s=window_s, num_requests=7)}
@@ -134,7 +152,7 @@ def test_a_window_whose_read_is_in_flight_is_the_window_read_next_tick() -> None
     tm = parse_tunedmodel(manifest)
     now, release, ends = [1000.0], threading.Event(), []
 
-    def read(url, names, namespace, window_s, end_s):
+    def read(url, names, namespace, window_s, end_s, deployments=None):
         ends.append(end_s)
         release.wait(10)
         return {}
@@ -170,7 +188,7 @@ class _Member:
 def test_members_set_the_grid_before_any_read_and_a_read_in_flight_is_never_queued_twice() -> None:
     release, calls, now = threading.Event(), [], [1000.0]
 
-    def read(url, names, namespace, window_s, end_s):
+    def read(url, names, namespace, window_s, end_s, deployments=None):
         calls.append(end_s)
         release.wait(10)
         return {}

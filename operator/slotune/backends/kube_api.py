@@ -11,11 +11,14 @@ from __future__ import annotations
 import ssl
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from kubernetes import client, config
 from prometheus_client import Counter
+
+if TYPE_CHECKING:
+    from slotune.backends.kube_cache import ChildCache
 
 FIELD_MANAGER = "slotune"
 API_REQUESTS = Counter("slotune_operator_api_requests", "Requests slotune's own code sent the API server", ["method"])
@@ -89,6 +92,23 @@ class KubeAPI:
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         self._http = httpx.Client(base_url=credentials.host, verify=credentials.tls, timeout=timeout_s, limits=limits)
         self._served: dict[tuple[str, str], tuple[bool, float]] = {}  # (group/version, plural) -> (served, when)
+        self.children: ChildCache | None = None  # the watched children (kube_cache); None: every read is a GET
+
+    def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """One object: from the watch cache when it holds the kind (synced), else a GET."""
+        cache = self.children.of(kind, namespace) if self.children is not None else None
+        if cache is not None:
+            return cache.get(namespace, name)
+        return self.get(object_path(kind, namespace, name))
+
+    def _remember(self, written: dict[str, Any]) -> dict[str, Any]:
+        """A write's answer goes into the watch cache, so the next read is never older than the write."""
+        meta = written.get("metadata") or {}
+        if self.children is not None and written.get("kind") and meta.get("name"):
+            cache = self.children.of(written["kind"], meta.get("namespace", ""))
+            if cache is not None:
+                cache.put(written)
+        return written
 
     @classmethod
     def from_environment(cls, kubeconfig: str | None = None, max_connections: int = 10) -> KubeAPI:
@@ -124,7 +144,7 @@ class KubeAPI:
         response = self.request("PATCH", manifest_path(manifest), body=manifest,
                                 content_type="application/apply-patch+yaml",
                                 params={"fieldManager": FIELD_MANAGER, "force": "true"})
-        return self._checked(response)
+        return self._remember(self._checked(response))
 
     def create(self, manifest: dict[str, Any]) -> dict[str, Any] | None:
         """Create once: the object as created, or None when it already exists (409), which is not an error."""
@@ -133,11 +153,11 @@ class KubeAPI:
         response = self.request("POST", path, body=manifest, params={"fieldManager": FIELD_MANAGER})
         if response.status_code == 409:
             return None
-        return self._checked(response)
+        return self._remember(self._checked(response))
 
     def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         response = self.request("PATCH", path, body=body, content_type="application/merge-patch+json")
-        return self._checked(response)
+        return self._remember(self._checked(response))
 
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._checked(self.request("POST", path, body=body))

@@ -153,7 +153,7 @@ class KubernetesBackend:
             self._child("ServiceMonitor", lambda: self.api.apply(build_service_monitor(self.tm)))
 
     def _secret(self) -> dict[str, Any] | None:
-        return self.api.get(object_path("Secret", self.namespace, self.names.secret))
+        return self.api.read("Secret", self.namespace, self.names.secret)
 
     def rotate_deleted_token(self) -> bool:
         """A deleted admin token Secret is replaced by a new token, and the pods restart to read it (the pod
@@ -179,7 +179,7 @@ class KubernetesBackend:
     def deployment(self) -> dict[str, Any] | None:
         if self._seen is not None and "deployment" in self._seen:
             return self._seen["deployment"]
-        found = self.api.get(object_path("Deployment", self.namespace, self.names.deployment))
+        found = self.api.read("Deployment", self.namespace, self.names.deployment)
         if self._seen is not None:
             self._seen["deployment"] = found
         return found

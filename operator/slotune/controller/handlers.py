@@ -26,6 +26,7 @@ import kopf
 
 from slotune.api import GROUP, PLURAL, VERSION, InvalidTunedModel, TunedModel, parse_tunedmodel
 from slotune.backends.kube_api import KubeAPI
+from slotune.backends.kube_cache import ChildCache
 from slotune.backends.kube_deployment import ChildRefused
 from slotune.controller import telemetry
 from slotune.controller.events import EventRecorder
@@ -71,6 +72,8 @@ def parse(body: Mapping[str, Any]) -> TunedModel:
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     memo.settings = load_settings()
     memo.api = KubeAPI.from_environment(max_connections=memo.settings.workers + DEPLOY_WORKERS)
+    # Ticks read their Deployment and Secret from watches (until the first lists answer, from the API server).
+    memo.api.children = ChildCache(memo.api.credentials, memo.settings.watch_namespaces).start()
     memo.pool = ThreadPoolExecutor(max_workers=memo.settings.workers, thread_name_prefix="slotune-tick")
     memo.deploys = ThreadPoolExecutor(max_workers=DEPLOY_WORKERS, thread_name_prefix="slotune-deploy")
     memo.deploys_queued = Queued()
@@ -88,6 +91,8 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
     memo.pool.shutdown(wait=False, cancel_futures=True)
     memo.deploys.shutdown(wait=False, cancel_futures=True)
     memo.windows.close()
+    if memo.api.children is not None:
+        memo.api.children.stop()
     memo.api.close()
 
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from slotune.api import TunedModel
-from slotune.controller.windows import SharedWindows, WindowKey, align_end_s
+from slotune.controller.windows import SharedWindows, WindowKey, align_end_s, phase_s
 from slotune.loop.protocols import WindowOpen
 from slotune.metrics.names import names_for
 from slotune.metrics.promql import Selector, not_exposed
@@ -46,7 +46,8 @@ class PromQLSource:
 
     def window_end_s(self, window_s: float) -> float:
         start = max(self._changed_at_s() + self.tuning.warmup_s, self.last_end_s)
-        return align_end_s(start + window_s, self._windows.grid_s(self.url, self.namespace, window_s, self.tick_s))
+        grid = self._windows.grid_s(self.url, self.namespace, window_s, self.tick_s)
+        return align_end_s(start + window_s, grid, phase_s(self.selector.deployment or "", grid, self.tick_s))
 
     def measure(self, window_s: float) -> MetricsSnapshot:
         if not self.url:
@@ -55,6 +56,7 @@ class PromQLSource:
                                      "no Prometheus configured (SLOTUNE_PROMETHEUS_URL is empty)")
         end_s = self.window_end_s(window_s)
         if self._clock() < end_s:
+            self._windows.want(self._key(window_s, end_s), self.selector.deployment or "")  # joins that instant's read
             raise WindowOpen(end_s)
         try:
             snapshot = self._read(window_s, end_s)  # WindowOpen while its read is in flight: this window, later
@@ -66,10 +68,13 @@ class PromQLSource:
         self.last_reason = None
         return snapshot
 
+    def _key(self, window_s: float, end_s: float) -> WindowKey:
+        return WindowKey(self.url, self.engine.value, self.namespace, window_s, end_s)
+
     def _read(self, window_s: float, end_s: float) -> MetricsSnapshot:
-        key = WindowKey(self.url, self.engine.value, self.namespace, window_s, end_s)
-        mine = (self.selector.deployment or "", self.selector.model or "")
-        readings = self._windows.readings(key, self.names).get(mine)
+        deployment = self.selector.deployment or ""
+        mine = (deployment, self.selector.model or "")
+        readings = self._windows.readings(self._key(window_s, end_s), self.names, deployment).get(mine)
         if readings is None:
             raise not_exposed(self.names, self.selector, window_s)
         return require_samples(readings, 1).to_snapshot(Source.PROMETHEUS)

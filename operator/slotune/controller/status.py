@@ -188,6 +188,7 @@ class StatusStateStore:
         self._on_saved = on_saved or (lambda before, after: None)
         self._last: TuningState | None = None
         self._written: list[Condition] = []  # the conditions last written, to skip a refresh that changes nothing
+        self._body: dict[str, Any] | None = None  # the status last written by save
 
     @property
     def path(self) -> str:
@@ -212,7 +213,9 @@ class StatusStateStore:
         previous = self._written or [Condition.model_validate(c) for c in self._read().get("conditions") or []]
         body = status_body(state, self._health(), previous, self.generation)
         body["kopf"] = {STATE_KEY: {"generation": self.generation, "state": state.to_json()}}
-        self.api.merge_patch(self.path, {"status": body})
+        if body != self._body:  # the same status again (a tick that changed nothing) is not written
+            self.api.merge_patch(self.path, {"status": body})
+            self._body = body
         self._written = [Condition.model_validate(c) for c in body["conditions"]]
         before, self._last = self._last, state
         self._on_saved(before, state)
@@ -231,7 +234,7 @@ class StatusStateStore:
         if [_shown(c) for c in wanted] != [_shown(c) for c in self._written]:
             body = [c.model_dump(by_alias=True, mode="json", exclude_none=True) for c in wanted]
             self.api.merge_patch(self.path, {"status": {"conditions": body}})
-            self._written = wanted
+            self._written, self._body = wanted, None
         return health.ready
 
     def report_fault(self, message: str) -> None:
@@ -247,5 +250,5 @@ class StatusStateStore:
         conditions = [*kept, fault]
         body = [c.model_dump(by_alias=True, mode="json", exclude_none=True) for c in conditions]
         self.api.merge_patch(self.path, {"status": {"conditions": body}})
-        self._written = conditions
+        self._written, self._body = conditions, None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from dataclasses import dataclass
 
@@ -34,18 +35,28 @@ PROMQL_QUERIES = Counter("slotune_operator_promql_queries", "PromQL queries sent
 
 @dataclass(frozen=True)
 class Selector:
-    """Which series belong to the deployment: label equality on namespace, deployment and the engine's model label."""
+    """Which series belong to the deployment: label equality on namespace, deployment and the engine's model label;
+    `deployments`, a set of deployments instead of one (a regex of their names, each matched literally)."""
 
     namespace: str | None = None
     deployment: str | None = None
     model: str | None = None
     extra: tuple[tuple[str, str], ...] = ()
+    deployments: frozenset[str] | None = None
 
     def promql(self, model_label: str) -> str:
         pairs = [("namespace", self.namespace), ("deployment", self.deployment), (model_label, self.model),
                  *self.extra]
         matchers = [f"{key}={_quoted(value)}" for key, value in pairs if value is not None]
+        if self.deployments is not None:
+            matchers.append(f"deployment=~{_quoted(_any_of(self.deployments))}")
         return "{" + ",".join(matchers) + "}"
+
+
+def _any_of(values: frozenset[str]) -> str:
+    """An RE2 alternation matching exactly these strings (PromQL anchors label regexes at both ends). Empty: a regex
+    that matches nothing a label can hold."""
+    return "|".join(re.escape(v) for v in sorted(values)) if values else "$^x"
 
 
 def _quoted(value: str) -> str:
@@ -187,12 +198,14 @@ def not_exposed(names: MetricNames, selector: Selector, window_s: float) -> Metr
                               f"{selector.promql(names.model_label)} in Prometheus in the last {_window(window_s)}")
 
 
-def fleet_readings(prometheus_url: str, names: MetricNames, namespace: str, window_s: float,
-                   at_s: float) -> dict[GroupKey, WindowReadings]:
-    """The window ending at `at_s` of every deployment in `namespace`, keyed by (deployment, model label value)."""
+def fleet_readings(prometheus_url: str, names: MetricNames, namespace: str, window_s: float, at_s: float,
+                   deployments: frozenset[str] | None = None) -> dict[GroupKey, WindowReadings]:
+    """The window ending at `at_s` of the `deployments` (None: every deployment) in `namespace`, keyed by
+    (deployment, model label value)."""
     client = PrometheusClient(prometheus_url)
     try:
-        reader = PromQLReader(client, names, Selector(namespace=namespace), ("deployment", names.model_label))
+        selector = Selector(namespace=namespace, deployments=deployments)
+        reader = PromQLReader(client, names, selector, ("deployment", names.model_label))
         return reader.readings(window_s, at_s)
     finally:
         client.close()

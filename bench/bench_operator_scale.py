@@ -164,6 +164,29 @@ def apiserver_counters(cluster: kwok_cluster.Cluster) -> tuple[float, float, flo
     return requests, etcd_write_s, etcd_writes
 
 
+CONTROL_PLANE = ("kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kwok-controller")
+
+
+def cpu_seconds(cluster: kwok_cluster.Cluster, operator_pid: int) -> dict[str, float]:
+    """CPU seconds used so far by each control-plane process of this cluster, the operator, and the whole machine
+    (busy, from /proc/stat): whether a burst was bound by the machine's cores, and by whom."""
+    used = dict.fromkeys((*CONTROL_PLANE, "operator"), 0.0)
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            binary = Path(argv[0].decode()).name
+            if binary in CONTROL_PLANE and f"/{cluster.name}/".encode() in b" ".join(argv):
+                used[binary] += operator_cpu_s(int(proc.name))
+        except (OSError, IndexError, UnicodeDecodeError):
+            continue
+    used["operator"] = operator_cpu_s(operator_pid)
+    fields = [float(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    used["machine_busy"] = (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")  # minus idle, iowait
+    return used
+
+
 def apiserver_requests_by_kind(cluster: kwok_cluster.Cluster) -> dict[str, float]:
     """Requests served per "verb resource" (all clients, watches and long-running requests left out)."""
     found: dict[str, float] = {}
@@ -237,11 +260,13 @@ def run_count(cluster: kwok_cluster.Cluster, n: int, window_s: float, workdir: P
                                                    fleet_tunedmodel(name, namespace, window_s))
             created[name] = time.time()
 
+        burst_cpu = cpu_seconds(cluster, pid)
         burst_before = scrape(operator_url), apiserver_requests_by_kind(cluster), time.monotonic()
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(create, names))
         wait_for_progress(lambda: len(watcher.deployments), n, 300, "Deployments", interval_s=2.0)
         burst_after = scrape(operator_url), apiserver_requests_by_kind(cluster), time.monotonic()
+        burst_cpu = {k: v - burst_cpu[k] for k, v in cpu_seconds(cluster, pid).items()}
 
         wait_for_progress(lambda: len(watcher.measured), n, max(10 * window_s, 600), "a measured window each",
                           interval_s=2.0)
@@ -296,6 +321,7 @@ def run_count(cluster: kwok_cluster.Cluster, n: int, window_s: float, workdir: P
     slotune_api = sum(after[0][k] - before[0].get(k, 0.0) for k in after[0]
                       if k.startswith("slotune_operator_api_requests_total"))
     burst = burst_requests(burst_before, burst_after, n)
+    burst["cpu_cores_used"] = {k: round(v / burst["seconds"], 2) for k, v in burst_cpu.items()}
     return {
         "tunedmodels": n, "window_s": window_s, "steady_s": round(steady_s, 1), "burst": burst,
         "load_average_1m": {"steady_start": round(load_before, 2), "steady_end": round(load_after, 2)},
@@ -373,6 +399,9 @@ def limit(result: dict[str, Any]) -> str:
     run = max(result["runs"], key=lambda r: r["tunedmodels"])
     n, load, api = run["tunedmodels"], run["load_average_1m"], run["apiserver_requests_per_s_all_clients"]
     burst = run["burst"]
+    cores = burst["cpu_cores_used"]
+    saturated = ("The rate was the machine's: " if cores["machine_busy"] >= 0.9 * result["machine"]["cores"]
+                 else "The machine was not saturated: ")
     kinds = ", ".join(f"{kind} {count:g}" for kind, count in list(burst["requests_per_create_by_kind"].items())[:8])
     per_tm_window = run["slotune_api_requests_per_s"] * run["window_s"] / n
     return (
@@ -388,11 +417,17 @@ def limit(result: dict[str, Any]) -> str:
         f"served {burst['apiserver_requests_per_s']:.0f} requests/s over the {burst['seconds']:.0f} s the burst "
         f"took, and each create cost {burst['requests_per_create_all_clients']:.1f} requests from all clients "
         f"({burst['slotune_requests_per_create']:.1f} of them slotune's own; by verb and resource: {kinds}), so the "
-        f"last of {n} Deployments can come no sooner than {n} x {burst['requests_per_create_all_clients']:.1f} / "
+        f"last of {n} Deployments came at {n} x {burst['requests_per_create_all_clients']:.1f} / "
         f"{burst['apiserver_requests_per_s']:.0f} = "
         f"{n * burst['requests_per_create_all_clients'] / burst['apiserver_requests_per_s']:.0f} s after the first "
-        "create: below 5 s p99 needs an API server that serves that many requests in 5 s, which this 2-core machine's "
-        "does not. A TunedModel created alone into the running fleet waits only for its own (the 'one more' column). "
+        f"create at that rate. {saturated}over the burst its {result['machine']['cores']} cores "
+        f"were {cores['machine_busy']:.2f} cores busy (every process), of which the API server "
+        f"{cores['kube-apiserver']:.2f}, etcd {cores['etcd']:.2f}, the controller-manager "
+        f"{cores['kube-controller-manager']:.2f}, kwok {cores['kwok-controller']:.2f}, the scheduler "
+        f"{cores['kube-scheduler']:.2f} and the operator {cores['operator']:.2f}. Below 5 s p99 for {n} creates "
+        f"needs a control plane that serves {n * burst['requests_per_create_all_clients'] / 5:.0f} requests in 5 s; "
+        "on this machine the operator can only cut its own share. A TunedModel created alone into the running fleet "
+        "waits only for its own (the 'one more' column). "
         "Harness: Prometheus scraped every fleet target (the 'targets up' column), etcd ran without fsync and the "
         "controller-manager at 500 requests/s (the shared disk's fsync and its default 20/s measured the test "
         "cluster, not the operator), and the burst starts with the operator process, so at 10 its create->Deployment "

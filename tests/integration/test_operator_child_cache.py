@@ -13,6 +13,8 @@ from slotune.api import parse_tunedmodel
 from slotune.backends.kube_api import API_REQUESTS, KubeAPI
 from slotune.backends.kube_cache import ChildCache
 from slotune.backends.kube_deployment import KubernetesBackend
+from slotune.controller.status import Health, StatusStateStore
+from slotune.loop.state import TuningState
 from slotune.settings import OperatorSettings
 from tests.e2e.harness.kube import apply, get, install_tunedmodel_crd, scratch_namespace
 from tests.integration.test_operator import tunedmodel
@@ -112,3 +114,23 @@ def test_a_watch_that_ends_resumes_and_one_that_breaks_lists_again_and_catches_u
 
 def cache_get(deployments, namespace: str) -> dict[str, str]:
     return ((deployments.get(namespace, "relisted-runtime") or {}).get("metadata") or {}).get("annotations") or {}
+
+
+def test_the_same_status_is_written_once_and_a_change_is_written(kube, namespace) -> None:
+    """A tick that changes nothing sends nothing: at 1,000 TunedModels every status write is a request the API
+    server serves for nothing."""
+    apply(kube, tunedmodel("quiet", namespace, runtime={"engine": "vllm"}, tuning={"mode": "off"}))
+    tm = parse_tunedmodel(get(kube, "tunedmodel", "quiet", namespace))
+    api = KubeAPI.from_environment(str(kube.kubeconfig))
+    store = StatusStateStore(api, tm, lambda: Health(ready=True))
+    try:
+        state = TuningState.initial(tm.spec.initial_config())
+        store.save(state)
+        before = requests_sent()
+        store.save(state)
+        assert requests_sent() == before
+        store.save(state.evolve(message="measuring something new"))
+        assert requests_sent() == before + 1
+        assert get(kube, "tunedmodel", "quiet", namespace)["status"]["message"] == "measuring something new"
+    finally:
+        api.close()

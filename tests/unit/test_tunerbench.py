@@ -193,3 +193,22 @@ def test_fresh_windows_are_drawn_per_scenario_and_never_measured():
     config = one.scenario.start.with_changes(max_num_seqs=64, replicas=2)
     windows = [one.window(config, i) for i in mine]
     assert one.meets_fresh(config) == sum(one.scenario.slo.is_met(w) for w in windows if w is not None)
+
+
+def test_configs_at_the_slos_edge_are_not_converged_on():
+    """The benchmark's two marginal cases, on their scenario files. chat-h100-interactive: 3 replicas met the scored
+    windows and converged at 80% on windows that disagreed (P99 441 / 397 / 248 ms vs 500), then missed a fresh
+    window at 559 ms; the next window predicted at 90%, after up to 4 windows, asks for the 4th replica, which holds.
+    summarization-a100-relaxed: its best config misses 3 of 15 windows (TTFT P99 1,216-3,081 ms vs 2,000), so
+    nothing holds (the oracle's bar); it converged on two lucky windows and now is called Infeasible."""
+    from pathlib import Path
+
+    from slotune.tunerbench.evaluator import FRESH_SEEDS
+
+    found = {s.name: s for s in load_scenarios(Path(__file__).parents[2] / "bench" / "scenarios")}
+    chat = Evaluator(found["chat-h100-interactive"])
+    trace = run_slotune(chat, budget=12)
+    assert not trace.declared_infeasible and trace.final is not None
+    assert chat.evaluate(trace.final).met and chat.meets_fresh(trace.final) == FRESH_SEEDS
+    summarization = Evaluator(found["summarization-a100-relaxed"])
+    assert run_slotune(summarization, budget=12).declared_infeasible

@@ -40,7 +40,11 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Te
 
 @dataclass(frozen=True)
 class RopeTables:
-    """cos/sin for every position up to max_len, [max_len, head_dim] each, already in the model dtype."""
+    """cos/sin for every position up to max_len, [max_len, head_dim] each, already in the model dtype.
+
+    `sin` carries rotate_half's sign: its first half is negated, so apply_rope needs no negation per layer and step
+    ((-a) * b == a * (-b) exactly, so the result is HF's bit for bit).
+    """
 
     cos: torch.Tensor
     sin: torch.Tensor
@@ -50,14 +54,15 @@ class RopeTables:
         inv_freq = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
         freqs = torch.outer(torch.arange(max_len, dtype=torch.float32), inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)  # HF's non-interleaved layout: [max_len, head_dim]
-        return cls(cos=emb.cos().to(device=device, dtype=dtype), sin=emb.sin().to(device=device, dtype=dtype))
+        signed = torch.cat((-freqs.sin(), freqs.sin()), dim=-1)
+        return cls(cos=emb.cos().to(device=device, dtype=dtype), sin=signed.to(device=device, dtype=dtype))
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [T, heads, head_dim]; cos/sin: [T, head_dim] gathered at the tokens' positions."""
+    """x: [T, heads, head_dim]; cos/sin: [T, 1, head_dim] gathered at the tokens' positions (sin signed, see
+    RopeTables). HF's x * cos + rotate_half(x) * sin with rotate_half = cat(-x2, x1)."""
     half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos.unsqueeze(1) + rotated * sin.unsqueeze(1)
+    return x * cos + torch.cat((x[..., half:], x[..., :half]), dim=-1) * sin
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,8 @@ class AttentionGroup:
     block_tables: [B, max_blocks] (None for a fresh prefill that needs no cached context);
     mask: [1, 1, n, S] bool (True = may attend) for a prefill chunk with earlier context, else None;
     bias: [1, B, 1, max_q, S] float (0 or -inf) for the batched group, else None;
+    num_keys: for a batched group of one sequence with one query (batch-1 decode), how many slots it attends to
+      (its whole context, so no bias is needed: the step builds no mask and adds none), else 0;
     num_queries: queries per sequence when uniform, else 0;
     pad_index: [B * max_q] positions (relative to start) that fill the padded queries when not uniform;
     valid_index: [end - start] rows of the padded [B * max_q] output that are real tokens.
@@ -79,6 +86,7 @@ class AttentionGroup:
     mask: torch.Tensor | None
     num_queries: int
     bias: torch.Tensor | None = None
+    num_keys: int = 0
     pad_index: torch.Tensor | None = None
     valid_index: torch.Tensor | None = None
 
@@ -121,9 +129,9 @@ def _prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
 
 
 def batched_attention_bmm(
-    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
-    """q [B, Q, H, d], keys/values [kvh, B, S, d], bias [1, B, 1, Q, S] (0 or -inf) -> [B, Q, H, d].
+    """q [B, Q, H, d], keys/values [kvh, B, S, d], bias [1, B, 1, Q, S] (0 or -inf; None: every key) -> [B, Q, H, d].
 
     Two bmm calls with the query heads of a KV group stacked as rows: on CPU this beats SDPA's per-head kernel
     several times at decode shapes, and GQA needs no repeated K/V. In bf16/fp16 the scores come out of bmm in that
@@ -134,20 +142,21 @@ def batched_attention_bmm(
     g = h // kvh
     qg = q.view(b, nq, kvh, g, d).permute(2, 0, 3, 1, 4).reshape(kvh * b, g * nq, d)
     scores = torch.bmm(qg, keys.view(kvh * b, s, d).transpose(1, 2)).view(kvh, b, g, nq, s)
-    probs = (scores.float() * d**-0.5 + bias).softmax(dim=-1).to(values.dtype).view(kvh * b, g * nq, s)
+    scaled = scores.float() * d**-0.5
+    probs = (scaled if bias is None else scaled + bias).softmax(dim=-1).to(values.dtype).view(kvh * b, g * nq, s)
     out = torch.bmm(probs, values.view(kvh * b, s, d))  # [kvh * B, g * Q, d]
     return out.view(kvh, b, g, nq, d).permute(1, 3, 0, 2, 4).reshape(b, nq, h, d)
 
 
 def batched_attention_sdpa(
-    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
     """Same contract as batched_attention_bmm, through SDPA: on CUDA its fused kernels keep scores in fp32."""
     out = F.scaled_dot_product_attention(
         q.transpose(1, 2),
         keys.transpose(0, 1),
         values.transpose(0, 1),
-        attn_mask=bias[0].to(q.dtype),
+        attn_mask=None if bias is None else bias[0].to(q.dtype),
         enable_gqa=q.shape[2] != keys.shape[0],
     )  # [B, H, Q, d]
     return out.transpose(1, 2)
@@ -171,8 +180,9 @@ def _attend_group(
     values = _gather(v_cache, g.block_tables, block_size)
     if g.mask is not None:  # one long prefill chunk continuing earlier context
         return _prefill_attention(qg, keys.transpose(0, 1), values.transpose(0, 1), g.mask[0])
-    assert g.bias is not None
     heads, dim = qg.shape[1], qg.shape[2]
+    if g.num_keys:  # batch-1 decode: exactly the sequence's slots, no mask
+        keys, values = keys[:, :, : g.num_keys], values[:, :, : g.num_keys]
     if g.num_queries:
         qb = qg.view(g.num_seqs, g.num_queries, heads, dim)
     else:

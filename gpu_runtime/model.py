@@ -17,7 +17,8 @@ from gpu_runtime.config import ModelConfig
 
 
 class RMSNorm(nn.Module):
-    """RMSNorm computed in float32 and cast back, as HF LlamaRMSNorm does."""
+    """RMSNorm computed in float32 and cast back, as HF LlamaRMSNorm does. In float32 that is one F.rms_norm call
+    with the weight: the same products (equal bit for bit on CPU), three fewer ops per norm, 61 norms per step."""
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -25,6 +26,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
+            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
         normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
         return self.weight * normed.to(x.dtype)
 
@@ -108,7 +111,8 @@ class LlamaModel(nn.Module):
     ) -> torch.Tensor:
         """input_ids, positions: [T] -> hidden states [T, hidden]."""
         x = self.embed_tokens(input_ids)
-        cos, sin = rope.cos.index_select(0, positions), rope.sin.index_select(0, positions)
+        # [T, 1, head_dim]: broadcast over heads, gathered once per step for all layers
+        cos, sin = rope.cos.index_select(0, positions)[:, None], rope.sin.index_select(0, positions)[:, None]
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
             x = layer(x, cos, sin, kv_cache, meta)
         return self.norm(x)

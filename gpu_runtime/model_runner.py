@@ -136,6 +136,9 @@ class ModelRunner:
     def _batched_group(self, seqs: list[SequenceInput]) -> AttentionGroup:
         lengths = [len(s.token_ids) for s in seqs]
         max_q, num_tokens = max(lengths), sum(lengths)
+        if lengths == [1]:  # batch-1 decode: attends to its whole context, so no mask or bias to build and add
+            s = seqs[0]
+            return AttentionGroup(0, 1, 1, self._tables(seqs, s.start + 1), None, 1, num_keys=s.start + 1)
         tables, mask = self._tables_and_mask(seqs, max_q)
         bias = torch.zeros(mask.shape, dtype=torch.float32, device=self.device).masked_fill_(~mask, float("-inf"))
         bias = bias[None]  # [1, B, 1, max_q, S]
@@ -148,14 +151,20 @@ class ModelRunner:
             pad.extend(offset + min(i, n - 1) for i in range(max_q))
             valid.extend(b * max_q + i for i in range(n))
             offset += n
-        return AttentionGroup(0, num_tokens, len(seqs), tables, None, 0, bias, self._tensor(pad), self._tensor(valid))
+        return AttentionGroup(0, num_tokens, len(seqs), tables, None, 0, bias, 0, self._tensor(pad),
+                              self._tensor(valid))
+
+    def _tables(self, seqs: list[SequenceInput], num_tokens: int) -> torch.Tensor:
+        """[B, blocks covering num_tokens] block tables, padded with block 0."""
+        num_blocks = -(-num_tokens // self.block_size)
+        tables = [s.block_ids[:num_blocks] + [0] * (num_blocks - min(len(s.block_ids), num_blocks)) for s in seqs]
+        return self._tensor([b for t in tables for b in t]).view(len(seqs), num_blocks)
 
     def _tables_and_mask(self, seqs: list[SequenceInput], max_q: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Block tables padded with block 0, and mask[b, 0, i, j] = key j is at or before query i's position."""
         bs = self.block_size
         num_blocks = max(-(-(s.start + len(s.token_ids)) // bs) for s in seqs)
-        tables = [s.block_ids[:num_blocks] + [0] * (num_blocks - min(len(s.block_ids), num_blocks)) for s in seqs]
         starts = torch.tensor([s.start for s in seqs], dtype=torch.long)
         query_pos = starts[:, None] + torch.arange(max_q)[None, :]  # [B, max_q]
         mask = torch.arange(num_blocks * bs)[None, None, :] <= query_pos[:, :, None]  # [B, max_q, S]
-        return self._tensor([b for t in tables for b in t]).view(len(seqs), num_blocks), mask[:, None].to(self.device)
+        return self._tables(seqs, num_blocks * bs), mask[:, None].to(self.device)

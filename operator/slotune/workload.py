@@ -39,6 +39,13 @@ class Arrival(StrEnum):
     CONCURRENCY = "concurrency"
 
 
+class PromptText(StrEnum):
+    """What the load generator writes prompts from (slotune.loadgen.prompts)."""
+
+    WORDS = "words"  # short common English words, about one token each on large vocabularies
+    CHAT = "chat"  # the shipped chat-style messages (loadgen/chat_prompts.json), system prompts as shared prefixes
+
+
 class _Spec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
@@ -152,6 +159,12 @@ class WorkloadSpec(_Spec):
     num_prefix_groups: int | None = Field(
         default=None, ge=1, description="Number of distinct shared prefixes; requests with a prefix pick one "
         "uniformly. Default: the profile's.",
+    )
+    prompt_text: PromptText = Field(
+        default=PromptText.WORDS, description="Text the load generator writes prompts from, at the planned lengths: "
+        "words (short common English words) or chat (chat-style user messages shipped with slotune, a group's shared "
+        "prefix drawn from its system prompts), so prefix caching and speculation face real text. Lengths, arrivals "
+        "and prefix groups are the same either way.",
     )
 
     @model_validator(mode="before")

@@ -6,6 +6,10 @@ measures the server's tokens per word on its warm-up requests (`usage.prompt_tok
 planned lengths hold on any tokenizer.
 Requests of one prefix group start with byte-identical text (seeded by the group) so a prefix cache can hit; every
 request's own suffix starts with a unique marker so prompts never share more than the planned prefix.
+With `promptText: chat` the same lengths are written from real chat text instead (chat_prompts.json, shipped with
+slotune): a group's prefix from its system prompt, a request's suffix from user messages picked by its seed, cut at
+the planned word count (a message runs on into the next where it is short). The calibration then measures that
+text's tokens per word, since it sends prompts of the same kind.
 A trace is JSONL, one request per line: `timestamp` (seconds), `prompt` (text) or `prompt_tokens` (a length), and
 `output_tokens`.
 """
@@ -15,11 +19,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
-from slotune.workload import PlannedRequest
+from slotune.workload import PlannedRequest, PromptText
 
 WORDS = ("the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on", "not",
          "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "had", "they", "you")
@@ -36,7 +42,46 @@ def words(num_tokens: int, seed: int | tuple[int, ...]) -> str:
     return " ".join(WORDS[i] for i in rng.integers(0, len(WORDS), num_tokens))
 
 
-def prompt_for(request: PlannedRequest, index: int, seed: int = 0, tokens_per_word: float = 1.0) -> str:
+@dataclass(frozen=True)
+class ChatText:
+    """The shipped chat-style text: system prompts (shared prefixes) and user messages (each request's own part)."""
+
+    system: tuple[tuple[str, ...], ...]  # each prompt as its words
+    user: tuple[tuple[str, ...], ...]
+
+
+@cache
+def chat_text() -> ChatText:
+    raw = json.loads(resources.files("slotune.loadgen").joinpath("chat_prompts.json").read_text(encoding="utf-8"))
+    return ChatText(tuple(tuple(p.split()) for p in raw["system"]), tuple(tuple(p.split()) for p in raw["user"]))
+
+
+def _run_on(texts: tuple[tuple[str, ...], ...], first: int, num_words: int) -> str:
+    """num_words words from texts[first], running on into the next texts (cyclically) where it is shorter."""
+    out: list[str] = []
+    i = first
+    while len(out) < num_words:
+        out.extend(texts[i % len(texts)])
+        i += 1
+    return " ".join(out[:num_words])
+
+
+def system_prefix(group: int, num_words: int) -> str:
+    """A prefix group's shared text: its system prompt; groups beyond the shipped prompts are told apart by a
+    leading line naming the group, so two groups never share their prefix."""
+    system = chat_text().system
+    lead = [] if group < len(system) else ["Deployment", f"{group // len(system) + 1}."]
+    return " ".join([*lead, *_run_on(system, group, num_words).split()][:num_words])
+
+
+def user_text(num_words: int, seed: int | tuple[int, ...]) -> str:
+    """num_words words of user messages, starting at a message picked by the seed."""
+    user = chat_text().user
+    return _run_on(user, int(np.random.default_rng(seed).integers(0, len(user))), num_words)
+
+
+def prompt_for(request: PlannedRequest, index: int, seed: int = 0, tokens_per_word: float = 1.0,
+               text: PromptText = PromptText.WORDS) -> str:
     """About `request.prompt_tokens` tokens: the group's shared prefix, then a per-request suffix."""
 
     def num_words(tokens: int) -> int:
@@ -44,10 +89,14 @@ def prompt_for(request: PlannedRequest, index: int, seed: int = 0, tokens_per_wo
 
     prefix = ""
     if request.prefix_group is not None and request.shared_prefix_tokens > 0:
-        prefix = words(num_words(request.shared_prefix_tokens), seed=1_000_003 * (request.prefix_group + 1)) + " "
+        prefix_words = num_words(request.shared_prefix_tokens)
+        prefix = (system_prefix(request.prefix_group, prefix_words) if text is PromptText.CHAT
+                  else words(prefix_words, seed=1_000_003 * (request.prefix_group + 1))) + " "
     suffix_tokens = max(1, request.prompt_tokens - request.shared_prefix_tokens)
     # Warm-up requests have negative indices and numpy seeds must be non-negative: wrap into uint32.
-    return prefix + f"#{index} " + words(num_words(suffix_tokens) - 1, seed=(seed % 2**32, index % 2**32))
+    suffix_seed = (seed % 2**32, index % 2**32)
+    own = user_text if text is PromptText.CHAT else words
+    return prefix + f"#{index} " + own(num_words(suffix_tokens) - 1, seed=suffix_seed)
 
 
 def tokens_per_word(planned_tokens: Sequence[int], served_tokens: Sequence[int]) -> float:

@@ -26,7 +26,7 @@ from rich.progress import Progress
 from slotune.loadgen.client import send_completion
 from slotune.loadgen.prompts import TraceRequest, prompt_for, tokens_per_word
 from slotune.loadgen.record import RequestRecord
-from slotune.workload import PlannedRequest, WorkloadSpec, iter_requests, plan_requests
+from slotune.workload import PlannedRequest, PromptText, WorkloadSpec, iter_requests, plan_requests
 
 CALIBRATION_REQUESTS = 2
 CALIBRATION_PROMPT_TOKENS = 128  # long enough that the per-prompt marker ("#-1") is noise in the ratio
@@ -64,9 +64,9 @@ class _Sender:
     """Sends requests round-robin over the URLs and keeps their records."""
 
     def __init__(self, client: httpx.AsyncClient, plan: RunPlan, model: str, progress: Progress | None,
-                 tokens_per_word: float = 1.0) -> None:
+                 tokens_per_word: float = 1.0, prompt_text: PromptText = PromptText.WORDS) -> None:
         self.client, self.plan, self.model, self.progress = client, plan, model, progress
-        self.tokens_per_word = tokens_per_word
+        self.tokens_per_word, self.prompt_text = tokens_per_word, prompt_text
         self.records: list[RequestRecord] = []
         self.started = time.perf_counter()
         self._task = progress.add_task("requests", total=plan.num_requests) if progress else None
@@ -74,7 +74,8 @@ class _Sender:
     async def send(self, index: int, request: PlannedRequest, warmup: bool = False, prompt: str | None = None,
                    max_tokens: int | None = None) -> None:
         url = self.plan.urls[index % len(self.plan.urls)]
-        text = prompt_for(request, index, self.plan.seed, self.tokens_per_word) if prompt is None else prompt
+        text = (prompt_for(request, index, self.plan.seed, self.tokens_per_word, self.prompt_text) if prompt is None
+                else prompt)
         record = await send_completion(
             self.client, url, self.model, text, max_tokens or request.output_tokens, index,
             time.perf_counter() - self.started, request.prompt_tokens, warmup,
@@ -133,11 +134,13 @@ async def run_workload(spec: WorkloadSpec, plan: RunPlan, trace: Sequence[TraceR
     async with httpx.AsyncClient(timeout=plan.timeout_s, limits=limits) as client:
         model = plan.model or await served_model(client, plan.urls[0])
         with Progress(disable=not plan.show_progress, transient=True) as progress:
-            ratio = await _warm_up(_Sender(client, plan, model, None), spec, plan, trace)
-            ratio = plan.tokens_per_word or ratio or await _calibrate(_Sender(client, plan, model, None))
+            # Warm-up and calibration send the spec's kind of text: its tokens per word is what they measure.
+            ratio = await _warm_up(_Sender(client, plan, model, None, prompt_text=spec.prompt_text), spec, plan, trace)
+            ratio = plan.tokens_per_word or ratio or await _calibrate(
+                _Sender(client, plan, model, None, prompt_text=spec.prompt_text))
             replayed = None if trace is None else trace_window(trace, plan.num_requests, plan.duration_s)
             sender = _Sender(client, plan if replayed is None else replace(plan, num_requests=len(replayed)), model,
-                             progress, ratio)
+                             progress, ratio, spec.prompt_text)
             if replayed is not None:
                 await _open_loop(sender, replayed, plan.max_concurrency)
             elif spec.is_closed_loop:

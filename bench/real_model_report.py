@@ -48,6 +48,24 @@ def markdown(r: dict[str, Any]) -> str:
         f"gpu_runtime/cpu_layout.py), median of the rounds' paired ratios: {r['engine_speedup_over_row_major']:.2f}x "
         f"({', '.join(f'{v:.2f}' for v in r['engine_speedup_over_row_major_rounds'])}).",
     ]
+    if "before" in r:
+        b, c = r["before"], r["cpu_time"]
+        lines += [
+            "",
+            f"Before and after the decode-step op cuts, side by side (the runtime at {b['revision']}, loaded into "
+            f"the same process, alternating with the current one in every round): {b['what']}. By wall time the "
+            f"engine is **{b['engine_speedup']:.2f}x** its earlier self (median of the rounds' paired ratios "
+            f"{', '.join(f'{v:.2f}' for v in b['engine_speedup_rounds'])}); before: "
+            f"{b['fraction_of_bound']:.0%} of the bound.",
+            "",
+            f"The same by thread CPU time (decode steps and copies alike, so a core lost to the machine's other "
+            f"processes inflates neither): copy {_gbs(c['copy_bytes_per_s_median'])}, bound "
+            f"{c['bound_ms_per_token']:.1f} ms/token; engine {c['engine_ms_per_token']:.1f} ms/token = "
+            f"**{c['engine_fraction_of_bound']:.0%}** of the bound (rounds "
+            f"{', '.join(f'{v:.0%}' for v in c['engine_fraction_of_bound_rounds'])}), before "
+            f"{c['before_ms_per_token']:.1f} ms/token = {c['before_fraction_of_bound']:.0%}; after / before "
+            f"{c['speedup_over_before']:.2f}x.",
+        ]
     peer = r["llama_cpp"]
     if peer["available"] and r["engine_speedup_over_llama_cpp"] is not None:
         lines.append(f"Against llama.cpp's server on the same weights (F32): "

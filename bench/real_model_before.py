@@ -1,0 +1,42 @@
+"""The runtime as it was at an earlier commit, in the same process as the current one, so a before/after pair is
+measured side by side in one run (alternating within each round, against the same copies): `git archive REV
+gpu_runtime` unpacked into a temporary folder as the package `gpu_runtime_before`, its own imports renamed to it.
+Both engines load the same GGUF file; the result names the revision."""
+
+from __future__ import annotations
+
+import importlib
+import io
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[1]
+NAME = "gpu_runtime_before"
+# The runtime before the decode-step op cuts of ef17388 (one-call RMSNorm, signed rope table, no batch-1 mask).
+BEFORE_REV = "de235b0"
+
+
+def load(rev: str = BEFORE_REV) -> ModuleType:
+    """gpu_runtime_before.engine at `rev` (LLMEngine, EngineConfig, ... as the current engine module has them)."""
+    if f"{NAME}.engine" in sys.modules:
+        return sys.modules[f"{NAME}.engine"]
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "gpu_runtime"], check=True,
+                             capture_output=True, timeout=120).stdout
+    folder = Path(tempfile.mkdtemp(prefix="runtime-before-"))
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(folder, filter="data")
+    (folder / "gpu_runtime").rename(folder / NAME)
+    for source in (folder / NAME).rglob("*.py"):
+        source.write_text(re.sub(r"\bgpu_runtime\b", NAME, source.read_text()))
+    sys.path.insert(0, str(folder))
+    return importlib.import_module(f"{NAME}.engine")
+
+
+def revision(rev: str = BEFORE_REV) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], check=True, capture_output=True,
+                          text=True, timeout=60).stdout.strip()

@@ -183,7 +183,8 @@ def cpu_seconds(cluster: kwok_cluster.Cluster, operator_pid: int) -> dict[str, f
             continue
     used["operator"] = operator_cpu_s(operator_pid)
     fields = [float(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    used["machine_busy"] = (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")  # minus idle, iowait
+    # user, nice, system, irq, softirq (guest time is already inside user and nice; idle, iowait, steal are not busy)
+    used["machine_busy"] = sum(fields[i] for i in (0, 1, 2, 5, 6)) / os.sysconf("SC_CLK_TCK")
     return used
 
 
@@ -502,15 +503,20 @@ def main(argv: list[str] | None = None) -> int:
             for n in args.counts:
                 runs.append(run_count(cluster, n, args.window_s, workdir))
                 print(json.dumps(runs[-1]), flush=True)
+                write(args, runs)  # after each N: a run stopped later keeps the counts it finished
         finally:
             cluster.down()
+    print(markdown(write(args, runs)))
+    return 0
+
+
+def write(args: argparse.Namespace, runs: list[dict[str, Any]]) -> dict[str, Any]:
     result = {"benchmark": "operator_scale", "window_s": args.window_s, "counts": args.counts,
-              "machine": machine(), "runs": runs}
+              "machine": machine(), "runs": sorted(runs, key=lambda run: run["tunedmodels"])}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "operator_scale.json").write_text(json.dumps(result, indent=2) + "\n")
     (args.out / "operator_scale.md").write_text(markdown(result))
-    print(markdown(result))
-    return 0
+    return result
 
 
 if __name__ == "__main__":

@@ -65,12 +65,12 @@ def test_a_failed_read_answers_its_group_and_old_answers_are_dropped() -> None:
         calls.append(end_s)
         raise MetricsUnavailable(UnavailableReason.UNREACHABLE, "connection refused")
 
-    windows = SharedWindows(read, clock=lambda: now[0])
+    windows = SharedWindows(read, clock=lambda: now[0], monotonic=lambda: now[0])
     for _ in range(3):
         with pytest.raises(MetricsUnavailable):
             windows.readings(_key(990.0), NAMES)
     assert calls == [990.0]
-    now[0] = 990.0 + 2 * 60.0 + 1  # two windows later the answer is gone: a new read
+    now[0] = 1000.0 + 2 * 60.0 + 1  # two windows after it answered the answer is gone: a new read
     with pytest.raises(MetricsUnavailable):
         windows.readings(_key(990.0), NAMES)
     assert calls == [990.0, 990.0]
@@ -206,4 +206,30 @@ def test_members_set_the_grid_before_any_read_and_a_read_in_flight_is_never_queu
         windows.readings(_key(990.0), NAMES)
     assert calls == [990.0] and windows.reads == 1
     release.set()
+    windows.close()
+
+
+def test_a_window_read_long_after_its_end_is_read_once() -> None:
+    """A TunedModel whose first ticks ran late (created in a burst) reads a window ten windows old: its tick is told
+    to come back while the read runs, and coming back finds the answer, not a dropped one to read again (20 of 500
+    TunedModels looped so, a read per tick, and never measured a window)."""
+    release, calls, now = threading.Event(), [], [1000.0]
+
+    def read(url, names, namespace, window_s, end_s, deployments=None):
+        calls.append(end_s)
+        release.wait(10)
+        return {("a-runtime", "m"): WindowReadings(window_s=window_s, num_requests=7)}
+
+    windows = SharedWindows(read, clock=lambda: now[0], patience_s=0.0, monotonic=lambda: now[0])
+    old = _key(1000.0 - 10 * 60.0)
+    with pytest.raises(WindowOpen):
+        windows.readings(old, NAMES, "a-runtime")
+    release.set()
+    deadline = time.monotonic() + 30
+    while not windows._reads[old][0].answer.done():
+        assert time.monotonic() < deadline, "the read never answered"
+        time.sleep(0.01)
+    now[0] += 2.0  # the tick comes back
+    assert windows.readings(old, NAMES, "a-runtime")[("a-runtime", "m")].num_requests == 7
+    assert calls == [old.end_s] and windows.reads == 1
     windows.close()

@@ -9,19 +9,16 @@ The operator is killed (SIGKILL) while a change awaits verification and restarte
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from slotune.loadgen.runner import RunPlan, run_workload
 from slotune.workload import WorkloadSpec
 from tests.e2e.harness.kube import apply, condition, events, get, install_tunedmodel_crd, scratch_namespace, wait_for
 from tests.e2e.harness.kubelet import KubeletStandIn
+from tests.e2e.harness.load import Load, Shape
 from tests.e2e.harness.operator import OperatorProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,40 +51,6 @@ def tunedmodel(name: str, namespace: str) -> dict[str, Any]:
     }
 
 
-class Load:
-    """slotune.loadgen against whatever runtime processes serve right now, in short runs, until stopped."""
-
-    def __init__(self, kubelet: KubeletStandIn) -> None:
-        self.kubelet = kubelet
-        self.spec = WorkloadSpec.model_validate(WORKLOAD)
-        self.requests_sent = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="load", daemon=True)
-
-    def start(self) -> Load:
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        seed = 0
-        while not self._stop.is_set():
-            urls = tuple(self.kubelet.urls())
-            if not urls:
-                self._stop.wait(0.5)
-                continue
-            plan = RunPlan(urls=urls, model="tiny", duration_s=8.0, warmup_requests=0, seed=seed, timeout_s=60,
-                           show_progress=False)
-            seed += 1
-            try:
-                self.requests_sent += len(asyncio.run(run_workload(self.spec, plan)).records)
-            except httpx.HTTPError:
-                self._stop.wait(0.5)  # a runtime went away mid-run (a rollout); the next run picks the new ones
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=90)
-
-
 @pytest.fixture
 def namespace(kube) -> Iterator[str]:
     install_tunedmodel_crd(kube)
@@ -105,7 +68,7 @@ def test_poor_config_converges_to_its_slo_across_an_operator_restart(kube, names
     kubelet = KubeletStandIn(kube.api_client(), namespace, "slow", prom, tmp_path).start()
     operator = OperatorProcess(kube.kubeconfig, tmp_path / "operator", {
         "SLOTUNE_PROMETHEUS_URL": prom.url, "SLOTUNE_POD_ENDPOINTS_FILE": str(kubelet.endpoints_file)})
-    load = Load(kubelet)
+    load = Load(kubelet.urls, WorkloadSpec.model_validate(WORKLOAD), Shape(clients=WORKLOAD["concurrency"]))
 
     def describe() -> str:
         return f"status: {status_of(kube, namespace)}\nkubelet errors: {kubelet.errors}\n{operator.log_tail()}"

@@ -72,7 +72,9 @@ class KubeletStandIn:
         return self
 
     def urls(self) -> list[str]:
-        return [p.process.url for p in self.pods.values() if p.registered]
+        """The runtimes that serve now. Read from other threads (the load) while this one changes `pods`: the
+        values are copied first, in one step under the GIL, so a change never breaks the iteration."""
+        return [p.process.url for p in list(self.pods.values()) if p.registered]
 
     def live_configs(self) -> dict[str, dict[str, Any]]:
         """What each serving pod's runtime answers to GET /admin/config: the knobs it runs, read from the pod."""

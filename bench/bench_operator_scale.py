@@ -440,7 +440,9 @@ def markdown(result: dict[str, Any]) -> str:
         "# Operator scale (one replica, kwok control plane, real Prometheus)", "",
         f"Machine: {result['machine']['cpu_model']}, {result['machine']['cores']} cores, {_load(result)}. "
         f"Windows of {result['window_s']:.0f} s, "
-        f"{STEADY_WINDOWS} windows of steady state per N; tick lag is an upper bound (histogram bucket edge).", "",
+        f"{STEADY_WINDOWS} windows of steady state per N; tick lag is an upper bound (histogram bucket edge)."
+        + (f" Asked for N = {', '.join(map(str, result['counts']))}; not finished before the run was stopped: "
+           f"{', '.join(map(str, result['unfinished']))}." if result.get("unfinished") else ""), "",
         limit(result), "",
         "| TunedModels | create->Deployment p50 / p99 s | tick lag p50 / p99 s | delete p50 / p99 s | SIGTERM s "
         "| RSS MiB | CPU ms per TM per window | API server req/s (all / slotune) | PromQL q/s |",
@@ -480,7 +482,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--counts", type=int, nargs="+", default=list(COUNTS))
     parser.add_argument("--window-s", type=float, default=WINDOW_S)
     parser.add_argument("--out", type=Path, default=RESULTS, help="where operator_scale.json and .md go")
+    parser.add_argument("--render", action="store_true", help="only render the .md (and json) from the .json there")
     args = parser.parse_args(argv)
+    if args.render:
+        recorded = json.loads((args.out / "operator_scale.json").read_text())
+        args.counts, args.window_s = recorded["counts"], recorded["window_s"]
+        print(markdown(write(args, recorded["runs"], recorded["machine"])))
+        return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # killed: still tear the cluster and processes down
     with tempfile.TemporaryDirectory(prefix="slotune-scale-") as tmp:
         workdir = Path(tmp)
@@ -510,9 +518,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def write(args: argparse.Namespace, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    result = {"benchmark": "operator_scale", "window_s": args.window_s, "counts": args.counts,
-              "machine": machine(), "runs": sorted(runs, key=lambda run: run["tunedmodels"])}
+def write(args: argparse.Namespace, runs: list[dict[str, Any]],
+          machine_seen: dict[str, object] | None = None) -> dict[str, Any]:
+    """The results of the counts asked for (`counts`, in order) as far as they ran (`runs`; `unfinished`: the
+    counts the invocation asked for and did not finish)."""
+    done = {run["tunedmodels"] for run in runs}
+    result = {"benchmark": "operator_scale", "window_s": args.window_s, "counts": sorted(args.counts),
+              "unfinished": [n for n in sorted(args.counts) if n not in done],
+              "machine": machine_seen or machine(), "runs": sorted(runs, key=lambda run: run["tunedmodels"])}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "operator_scale.json").write_text(json.dumps(result, indent=2) + "\n")
     (args.out / "operator_scale.md").write_text(markdown(result))

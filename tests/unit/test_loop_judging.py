@@ -81,6 +81,23 @@ def test_infeasible_keeps_improving_the_targets_in_reach():
     assert any(h.reason.startswith("best effort") for h in state.history)
 
 
+def test_best_effort_that_spends_the_budget_keeps_the_reason_it_is_infeasible():
+    """Seen in local mode on a loaded machine: TPOT 0.05 ms (below every floor) and a TTFT that missed as well, so
+    best effort spent maxIterations on TTFT; the verdict then read 'maxIterations (4) reached' and no longer named
+    the bandwidth or the accelerator that is missing."""
+    chat = WorkloadSpec(profile=Profile.CHAT, request_rate_per_s=1.0)
+    slo = SLOSpec.model_validate({"ttft": {"p99": 3000}, "tpot": {"p99": 20}})
+    world = SimulatedDeployment(L4, chat, requests_per_window=150)
+    tuning = TUNING.model_copy(update={"max_iterations": 1})
+    tuner = Tuner(TuningProblem(slo, tuning, L4, POOR, chat), world, world, MemoryStateStore())
+    state = tuner.run(max_windows=12)
+    assert state.phase is Phase.INFEASIBLE and state.pending is None and state.changes_applied == 1
+    assert any(h.reason.startswith("best effort") for h in state.history)  # the budget went to best effort
+    assert "maxIterations" not in state.message
+    assert state.infeasible is not None and state.infeasible.out_of_reach == ("tpot_p99",)
+    assert "below what any allowed config can do" in state.message and "accelerator" in state.message
+
+
 def test_infeasible_re_opens_when_the_measured_load_changes():
     flood = WorkloadSpec(profile=Profile.CHAT, request_rate_per_s=150)
     slo = SLOSpec.model_validate({"ttft": {"p99": 3000}, "tpot": {"p99": 100}})

@@ -284,9 +284,14 @@ class Tuner:
         if diagnosis.primary is None:  # a margin change rolled back: its baseline met every target, measure again
             return state.evolve(phase=Phase.MEASURING, message=f"{state.message}; measuring again")
         if state.changes_applied >= self.problem.tuning.max_iterations:
-            return self._give_up(state, InfeasibleReport(
-                closest=state.best or state.current, reason=f"maxIterations ({state.changes_applied}) reached",
-                needs=("a larger maxIterations, or the changes listed in the history",)), diagnosis.report(), snapshot)
+            # Already Infeasible on the evidence (best effort spent the budget): the evidence stays the reason, what
+            # is missing stays named; the budget running out is not why the SLO cannot be met.
+            earlier = state.infeasible if state.phase is Phase.INFEASIBLE else None
+            report = earlier.model_copy(update={"closest": state.best or state.current}) if earlier else \
+                InfeasibleReport(closest=state.best or state.current,
+                                 reason=f"maxIterations ({state.changes_applied}) reached",
+                                 needs=("a larger maxIterations, or the changes listed in the history",))
+            return self._give_up(state, report, diagnosis.report(), snapshot)
         decision = propose(diagnosis, replace(self._policy_input(state, snapshot, revisit_kept=True), slo=slo))
         if isinstance(decision, Infeasible):
             report = InfeasibleReport(closest=decision.closest, reason=decision.reason, needs=decision.needs,

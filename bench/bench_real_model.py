@@ -23,7 +23,7 @@ pairs each engine run with the copies taken right before and after it and quotes
 decode steps and the copies are also timed by thread CPU time, which a core lost to other processes does not
 inflate; the result reports that view next to the wall-time one.
 
-    .venv/bin/python -m bench.bench_real_model [--rounds 7] [--max-tokens 48] [--threads 1]
+    .venv/bin/python -m bench.bench_real_model [--rounds 5] [--max-tokens 48] [--threads 1]
 
 Writes bench/results/real_model.json and bench/results/real_model.md.
 """
@@ -130,6 +130,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with parts.llama_cpp_batch1(peer, path, args.threads) as llama_url:
         sides = parts.Sides(engine, int8, parts.load_hf(path), parts.Bandwidth(weight_bytes), llama_url,
                             weight_bytes, before)
+        same_weights = parts.llama_cpp_same_greedy(engine, llama_url, prompt) if llama_url else None
         parts.engine_decode_ms(engine, prompt, 4)  # warm-up: first-call allocations
         parts.engine_decode_times(before, prompt, 4)
         profile = parts.profile_decode(engine, prompt)
@@ -143,8 +144,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     spec = parts.speculation(engine, SPEC_CONFIG, args.max_tokens, args.rounds)
     _log("int8 quality")
     quality = parts.int8_quality(engine, int8, args.quality_tokens)
-    return summarize(args, samples, engine, int8, weight_bytes, profile, streams, spec, quality, peer_missing,
-                     (load_start, os.getloadavg()))
+    result = summarize(args, samples, engine, int8, weight_bytes, profile, streams, spec, quality, peer_missing,
+                       (load_start, os.getloadavg()))
+    if same_weights is not None:
+        result["llama_cpp"]["greedy_check"] = same_weights
+    return result
 
 
 def summarize(args: argparse.Namespace, samples: Samples, engine: LLMEngine, int8: LLMEngine, weight_bytes: int,
@@ -226,7 +230,7 @@ def write(result: dict[str, Any]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--stream-tokens", type=int, default=32)
     parser.add_argument("--quality-tokens", type=int, default=32)

@@ -138,6 +138,16 @@ def decode_ms_per_token(url: str, prompt_ids: list[int], max_tokens: int) -> flo
         return float(json.loads(answer.read())["timings"]["predicted_per_token_ms"])
 
 
+def greedy_tokens(url: str, prompt_ids: list[int], max_tokens: int) -> list[int]:
+    """The server's greedy continuation as token ids (`return_tokens`): checks it serves the engine's weights."""
+    body = {"prompt": prompt_ids, "n_predict": max_tokens, "ignore_eos": True, "temperature": 0.0,
+            "cache_prompt": False, "return_tokens": True}
+    request = urllib.request.Request(f"{url}/completion", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=600) as answer:
+        return [int(t) for t in json.loads(answer.read())["tokens"]]
+
+
 def stop(proc: subprocess.Popen) -> None:
     """A benchmark's server process: SIGTERM, then SIGKILL after 30 s."""
     proc.terminate()

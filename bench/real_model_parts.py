@@ -170,6 +170,16 @@ def llama_cpp_batch1(peer: llama_cpp_peer.LlamaCpp | None, path: str, threads: i
         yield url
 
 
+def llama_cpp_same_greedy(engine: LLMEngine, url: str, prompt: list[int], max_tokens: int = 32) -> dict[str, Any]:
+    """Both sides' greedy continuation of the decode prompt: equal tokens say llama.cpp serves the same weights
+    (the Q4_1 file's values in F32 on both sides); fp32 sums in another order may part after many tokens."""
+    ours = engine.generate([prompt], SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True))[0]
+    theirs = llama_cpp_peer.greedy_tokens(url, prompt, max_tokens)
+    equal = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), min(len(ours),
+                                                                                                len(theirs)))
+    return {"tokens": max_tokens, "equal_prefix_tokens": equal}
+
+
 def llama_cpp_ms(url: str, prompt: list[int], max_tokens: int) -> float:
     return llama_cpp_peer.decode_ms_per_token(url, prompt, max_tokens)
 

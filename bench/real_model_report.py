@@ -68,8 +68,12 @@ def markdown(r: dict[str, Any]) -> str:
         ]
     peer = r["llama_cpp"]
     if peer["available"] and r["engine_speedup_over_llama_cpp"] is not None:
-        lines.append(f"Against llama.cpp's server on the same weights (F32): "
-                     f"{r['engine_speedup_over_llama_cpp']:.2f}x (above 1 = the engine is faster).")
+        check = peer.get("greedy_check")
+        same = ("" if check is None else f" Same weights: its greedy continuation of the decode prompt equals the "
+                f"engine's for the first {check['equal_prefix_tokens']} of {check['tokens']} tokens.")
+        lines.append(f"Against llama.cpp's server on the same weights (the Q4_1 file requantized to F32 by "
+                     f"llama-quantize, so both sides run the same values in fp32): "
+                     f"{r['engine_speedup_over_llama_cpp']:.2f}x (above 1 = the engine is faster).{same}")
     else:
         lines.append(f"llama.cpp: not measured: {peer['why_not']}")
     lines += ["", "Where a batch-1 decode step spends its op time (torch profiler, self CPU time):", "",

@@ -58,6 +58,7 @@ DELETE_SAMPLE = 50
 NEWCOMERS = 20  # TunedModels created one at a time into the steady fleet
 SCRAPE_INTERVAL_S = 15.0  # a thousand targets on two cores: a shorter interval starves the exporter
 GROUP, VERSION, PLURAL = "slotune.io", "v1alpha1", "tunedmodels"
+PHASES_DUE = 15  # slotune.controller.windows.PHASES: instants a window's ends are spread over in a large namespace
 
 
 class Watcher:
@@ -414,7 +415,13 @@ def limit(result: dict[str, Any]) -> str:
         f"its own deployments only (answered <= {run['window_read_delay_s']['p99_at_most']} s after the window's "
         f"end, p99). The operator used {run['operator_cpu_share_of_one_core']:.0%} of one core and "
         f"{run['operator_rss_mib']:.0f} MiB (load average {load['steady_start']:.1f} / {load['steady_end']:.1f} over "
-        f"the steady windows). The burst of {n} creates is bound by the API server, shared by every client: it "
+        f"the steady windows). Tick lag: in the steady windows the operator made "
+        f"{run['window_read_delay_s']['reads'] / STEADY_WINDOWS:.0f} grouped reads a window where the spread grid has "
+        f"at most {PHASES_DUE} instants a window, p50 answered <= {run['window_read_delay_s']['p50_at_most']} s after "
+        f"its window's end (inf: over 120 s, windows long over: each TunedModel whose first ticks ran late in the "
+        f"burst reads every window it missed, one read each, until it catches up), and "
+        f"{run['tick_lag_s']['ticks'] / n / STEADY_WINDOWS:.1f} ticks per TunedModel per window on 8 workers. "
+        f"The burst of {n} creates is bound by the API server, shared by every client: it "
         f"served {burst['apiserver_requests_per_s']:.0f} requests/s over the {burst['seconds']:.0f} s the burst "
         f"took, and each create cost {burst['requests_per_create_all_clients']:.1f} requests from all clients "
         f"({burst['slotune_requests_per_create']:.1f} of them slotune's own; by verb and resource: {kinds}), so the "

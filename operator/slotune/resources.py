@@ -330,9 +330,12 @@ def build_secret(tm: TunedModel, token: str) -> dict[str, Any]:
 
 
 def build_service_monitor(tm: TunedModel) -> dict[str, Any]:
-    """Prometheus Operator scrape config; the `deployment` label is what slotune.metrics.promql selects on."""
+    """Prometheus Operator scrape config; the `deployment` label is what slotune.metrics.promql selects on, `pod`
+    what canary verification groups by."""
     names = ChildNames(tm.metadata.name)
-    relabelings = [{"targetLabel": "deployment", "replacement": names.deployment, "action": "replace"}]
+    relabelings = [{"targetLabel": "deployment", "replacement": names.deployment, "action": "replace"},
+                   # per-pod series for canary verification (slotune.metrics.per_pod), whatever the defaults
+                   {"sourceLabels": ["__meta_kubernetes_pod_name"], "targetLabel": "pod", "action": "replace"}]
     return {
         "apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
         "metadata": _metadata(tm, names.service_monitor),

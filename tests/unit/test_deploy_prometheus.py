@@ -64,3 +64,13 @@ def test_service_monitor_selects_the_operators_runtime_service() -> None:
     (endpoint,) = SERVICE_MONITOR["spec"]["endpoints"]
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
     assert endpoint["path"] == "/metrics"
+
+
+@pytest.mark.parametrize(("rules", "source_key", "target_key"), [
+    (SCRAPE_JOB["relabel_configs"], "source_labels", "target_label"),
+    (SERVICE_MONITOR["spec"]["endpoints"][0]["relabelings"], "sourceLabels", "targetLabel"),
+])
+def test_series_carry_the_pod_name_canary_verification_groups_by(rules, source_key, target_key) -> None:
+    rule = relabel_target(rules, "pod", source_key, target_key)
+    assert rule["source"] == ["__meta_kubernetes_pod_name"]
+    assert apply(rule, "chat-runtime-7d9f-abcde") == "chat-runtime-7d9f-abcde"

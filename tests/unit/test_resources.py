@@ -160,6 +160,8 @@ def test_service_selects_the_pods_and_monitor_adds_the_deployment_label() -> Non
     monitor = build_service_monitor(tm)
     relabel = monitor["spec"]["endpoints"][0]["relabelings"][0]
     assert (relabel["targetLabel"], relabel["replacement"]) == ("deployment", "chat-runtime")
+    by_pod = monitor["spec"]["endpoints"][0]["relabelings"][1]  # canary verification reads series per pod
+    assert (by_pod["sourceLabels"], by_pod["targetLabel"]) == (["__meta_kubernetes_pod_name"], "pod")
 
 
 def test_secret_holds_the_token_and_pvc_sources_are_mounted() -> None:

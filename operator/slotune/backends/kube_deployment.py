@@ -7,7 +7,8 @@ waits: while the rollout is on its way it answers `rolling_out`, and the loop as
 that crash-loops, cannot pull, stays unschedulable past its grace or does not finish in time is a failed apply (the
 loop rolls back and never tries that config again).
 
-The invariant the status relies on: every ready pod runs the config the loop calls running. `apply` reads each ready
+The invariant the status relies on: every ready pod runs the config the status says it runs (the running config, or
+during a canary the candidate on the canary pod: backends.kube_canary). `apply` reads each ready
 pod's live config back (`GET /admin/config`) and re-sends it where it differs: a pod restarted from the template
 after a live change, a new generation whose starting config matches the template while the pods kept other knobs,
 a rollback to a config sent before. Nothing is remembered about what was sent; only the pod's answer counts.
@@ -29,6 +30,7 @@ import httpx
 from slotune import admission
 from slotune.api import TunedModel
 from slotune.backends.kube_api import KubeAPI, KubeError, object_path
+from slotune.backends.kube_canary import CanaryAssignment, CanaryStart, end_canary, start_canary
 from slotune.knobs import Engine, RuntimeConfig
 from slotune.loop.protocols import ApplyResult
 from slotune.resources import (
@@ -218,6 +220,12 @@ class KubernetesBackend:
         deployment = self.deployment()
         return deployment is not None and rollout_state(deployment).done
 
+    def start_canary(self, running: RuntimeConfig, candidate: RuntimeConfig) -> CanaryStart | None:
+        return start_canary(self, running, candidate)
+
+    def end_canary(self) -> None:
+        end_canary(self)
+
     # --- how ----------------------------------------------------------------------------------------------
     def _hot_capable(self) -> bool:
         return self.tm.spec.runtime.engine is Engine.BUILTIN and self.tm.spec.tuning.hot_reconfigure
@@ -279,11 +287,12 @@ class KubernetesBackend:
 
     # --- the invariant: read back, re-send where it differs ----------------------------------------------------
     def _sync_pods(self, config: RuntimeConfig, changed: bool) -> ApplyResult:
-        wanted = config.admin_payload()
+        canary = CanaryAssignment.of(self.deployment())  # the canary pod runs its own config (kube_canary)
         token = self.admin_token()
         unreachable, refused, sent = [], [], []
         for pod in self.ready_pods():
             name = pod["metadata"]["name"]
+            wanted = (canary.config if canary is not None and canary.pod == name else config).admin_payload()
             live = self._call_admin(pod, "GET", None, token)
             if live.ok and live.live is not None and runs(live.live, wanted):
                 self._waiting_since.pop(f"admin:{name}", None)

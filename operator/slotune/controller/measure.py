@@ -18,6 +18,7 @@ from slotune.api import TunedModel
 from slotune.controller.windows import SharedWindows, WindowKey, align_end_s, phase_s
 from slotune.loop.protocols import WindowOpen
 from slotune.metrics.names import names_for
+from slotune.metrics.per_pod import ArmWindows, arm_windows
 from slotune.metrics.promql import Selector, not_exposed
 from slotune.metrics.window import MetricsUnavailable, UnavailableReason, require_samples
 from slotune.resources import ChildNames
@@ -70,6 +71,10 @@ class PromQLSource:
 
     def _key(self, window_s: float, end_s: float) -> WindowKey:
         return WindowKey(self.url, self.engine.value, self.namespace, window_s, end_s)
+
+    def arms(self, canary_pod: str) -> ArmWindows:
+        """The window `measure` last returned, per arm of a canary: the canary pod, its siblings pooled."""
+        return arm_windows(self.url, self.names, self.selector, canary_pod, self.tuning.window_s, self.last_end_s)
 
     def _read(self, window_s: float, end_s: float) -> MetricsSnapshot:
         deployment = self.selector.deployment or ""

@@ -43,6 +43,7 @@ class PendingChange(_Frozen):
     target_percentile: int
     trim: bool = False  # made while the SLO held, to save cost: kept only if it still holds
     applied: bool = False
+    canary_pod: str | None = None  # verified as a canary: this pod runs `config`, its siblings `previous`
 
 
 class HistoryRecord(_Frozen):
@@ -136,8 +137,9 @@ class TuningState(_Frozen):
 
     @property
     def running(self) -> RuntimeConfig:
-        """The config serving now: a change being verified runs before it is kept (`current` is what is kept)."""
-        if self.pending is not None and self.pending.applied:
+        """The config serving now: a change being verified runs before it is kept (`current` is what is kept), except
+        during a canary, where the canary pod runs it and every other pod the previous config (the backend knows)."""
+        if self.pending is not None and self.pending.applied and self.pending.canary_pod is None:
             return self.pending.config
         return self.current
 

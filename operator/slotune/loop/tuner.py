@@ -30,6 +30,7 @@ from slotune.api.status import DiagnosisReport, Observed, Phase, Verdict
 from slotune.api.tuning import Knob, TuningMode, TuningSpec
 from slotune.diagnosis import Diagnosis, diagnose, window_acceptance
 from slotune.knobs import RuntimeConfig
+from slotune.loop import canary as loop_canary
 from slotune.loop.attainment import as_percentiles, interpolation_evidence, observed
 from slotune.loop.protocols import ApplyResult, Backend, MeasurementSource, MetricsUnavailable, StateStore, WindowOpen
 from slotune.loop.shift import MAX_REFERENCE, Shift, WindowLoad, detect_shift
@@ -349,17 +350,21 @@ class Tuner:
         # The reference is recorded while the previous config still serves; until it is, the change stays an intent.
         if self.quality is not None and not self.quality.before(pending.previous, pending.config):
             return state.evolve(message=f"recording the quality reference before {pending.change}")
-        result = self.backend.apply(pending.config)
+        canary = loop_canary.start(self.backend, self.source, pending)  # None: verified before/after
+        result = canary.result if canary is not None else self.backend.apply(pending.config)
         if result.in_progress:  # stays an unapplied intent: the next step asks the backend again
             return state.evolve(message=f"rolling out {pending.change}: {result.reason}")
         applied = state.changes_applied + 1
         if result.ok:
             if self.quality is not None:  # the candidate's probe run starts now: its verdict is due by the window's
                 self.quality.check(pending.previous, pending.config)
-            return state.evolve(pending=pending.model_copy(update={"applied": True}), changes_applied=applied,
-                                tried_keys=state.tried_keys | {pending.config.key()}, phase=Phase.VERIFYING,
-                                cooldown_until_s=self.clock() + self.problem.tuning.cooldown_s,
-                                message=f"verifying {pending.change}")
+            on = "" if canary is None else (f" on canary pod {canary.pod} (its siblings keep running "
+                                            f"{pending.previous.describe()})")
+            return state.evolve(pending=pending.model_copy(update={"applied": True,
+                                                                   "canary_pod": canary and canary.pod}),
+                                changes_applied=applied, tried_keys=state.tried_keys | {pending.config.key()},
+                                phase=Phase.VERIFYING, cooldown_until_s=self.clock() + self.problem.tuning.cooldown_s,
+                                message=f"verifying {pending.change}{on}")
         state = state.record(self._entry(state, pending, Verdict.FAILED, result.reason)).evolve(
             pending=None, changes_applied=applied, failed_keys=state.failed_keys | {pending.config.key()},
             phase=Phase.TUNING, message=f"{pending.change} failed ({result.reason}); rolled back")
@@ -370,8 +375,14 @@ class Tuner:
         assert pending is not None and baseline is not None
         out_of_reach = state.infeasible.out_of_reach if state.phase is Phase.INFEASIBLE and state.infeasible else ()
         judged = without_targets(self.problem.slo, out_of_reach) or self.problem.slo  # best effort: what is in reach
-        verdict = verify(baseline, snapshot, pending.target_metric, pending.target_percentile, judged,
-                         costs_nothing=costs_nothing(pending.previous, pending.config), earlier_after=state.first_after)
+        if pending.canary_pod is not None:  # the canary pod against its siblings over this same window
+            canary = loop_canary.verification(self.source, pending, judged)
+            if canary is None:
+                return state.evolve(message=f"{pending.change}: an arm of the canary served nothing in the "
+                                    "window; judging the next one"), False
+        verdict = canary if pending.canary_pod is not None else verify(
+            baseline, snapshot, pending.target_metric, pending.target_percentile, judged,
+            costs_nothing=costs_nothing(pending.previous, pending.config), earlier_after=state.first_after)
         quality = self.quality.check(pending.previous, pending.config) if self.quality is not None else None
         if quality is not None and quality.pending:  # its requests are in this window anyway: judge the next one
             return state.evolve(message=f"{pending.change}: {quality.reason}; the window is not judged"), False
@@ -384,12 +395,18 @@ class Tuner:
                 return state.evolve(first_after=snapshot, message=(
                     f"{pending.change}: SLO holds; confirming over one more window")), False
             verdict = replace(verdict, keep=met, reason="SLO still holds" if met else f"SLO broken: {verdict.reason}")
-        elif verdict.inconclusive and state.first_after is None:
+        elif verdict.inconclusive and state.first_after is None and pending.canary_pod is None:
             # One window of a tail percentile is a noisy estimate: a change that moved it the right way, and made
             # nothing worse, earns one more window before the verdict (both windows pooled).
             return state.evolve(first_after=snapshot, message=(
                 f"{pending.change}: {verdict.reason}; measuring one more window before deciding")), False
         state = state.evolve(first_after=None)
+        if pending.canary_pod is not None:
+            self.backend.end_canary()  # type: ignore[attr-defined]  # the apply below brings every pod to one config
+        if verdict.keep and pending.canary_pod is not None:  # promote; the window mixed both arms: measure again
+            entry = self._entry(state, pending, Verdict.KEPT, verdict.reason, snapshot)
+            return self._restore(state.record(entry).evolve(pending=None, baseline=None, phase=Phase.TUNING, message=(
+                f"promoted {pending.change} from canary pod {pending.canary_pod} to every pod")), pending.config), False
         if verdict.keep:
             entry = self._entry(state, pending, Verdict.KEPT, verdict.reason, snapshot)
             return state.record(entry).evolve(current=pending.config, pending=None, baseline=None), True

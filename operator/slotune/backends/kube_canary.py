@@ -1,0 +1,83 @@
+"""The canary on Kubernetes: one ready pod runs the candidate config while its siblings keep the running one.
+
+Which pod is the canary, and what it runs, is an annotation on the Deployment (`slotune.io/canary`), never memory of
+the operator's: the backend's read-back of every ready pod (`KubernetesBackend._sync_pods`) wants the canary's config
+on that pod and the running config on every other, so the invariant reads "every ready pod runs the config the
+status says it runs", and an operator restarted mid-canary repairs the same split. Ending the canary removes the
+annotation; the next `apply` then brings every pod to one config: the candidate (promote: only the siblings are
+sent anything) or the running one (roll back: only the canary pod is). A canary is started only for a change the
+pods take live (builtin engine, hotReconfigure, no restart-only knob, same replica count) with two or more ready
+pods; anything else is verified before/after.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from slotune.backends.kube_api import object_path
+from slotune.knobs import RuntimeConfig
+from slotune.loop.protocols import ApplyResult
+
+if TYPE_CHECKING:
+    from slotune.backends.kube_deployment import KubernetesBackend
+
+CANARY_ANNOTATION = "slotune.io/canary"
+
+
+@dataclass(frozen=True)
+class CanaryAssignment:
+    pod: str
+    config: RuntimeConfig
+
+    def annotation(self) -> str:
+        return json.dumps({"pod": self.pod, "config": self.config.model_dump(mode="json")}, sort_keys=True,
+                          separators=(",", ":"))
+
+    @classmethod
+    def of(cls, deployment: dict[str, Any] | None) -> CanaryAssignment | None:
+        """The canary the Deployment's annotation names, None when there is none."""
+        text = (((deployment or {}).get("metadata") or {}).get("annotations") or {}).get(CANARY_ANNOTATION)
+        if not text:
+            return None
+        found = json.loads(text)
+        return cls(found["pod"], RuntimeConfig.model_validate(found["config"]))
+
+
+@dataclass(frozen=True)
+class CanaryStart:
+    pod: str
+    result: ApplyResult  # how sending the candidate to the canary pod went (in progress, ok, failed)
+
+
+def start_canary(backend: KubernetesBackend, running: RuntimeConfig, candidate: RuntimeConfig) -> CanaryStart | None:
+    """Send `candidate` to one ready pod (the first by name; the one already named when asked again), the siblings
+    untouched. None when this change cannot be a canary: it needs a restart or another replica count, or fewer
+    than two pods are ready."""
+    deployment = backend.deployment()
+    if (deployment is None or not backend._hot_capable() or running.needs_restart(candidate)
+            or candidate.replicas != running.replicas or running.replicas < 2):
+        return None
+    existing = CanaryAssignment.of(deployment)
+    if existing is not None and existing.config == candidate:
+        pod = existing.pod
+    else:
+        ready = sorted(p["metadata"]["name"] for p in backend.ready_pods())
+        if len(ready) < 2:
+            return None
+        pod = ready[0]
+        _annotate(backend, CanaryAssignment(pod, candidate).annotation())
+    return CanaryStart(pod, backend.apply(running))
+
+
+def end_canary(backend: KubernetesBackend) -> None:
+    """Forget the canary: the next apply brings every pod to the config it is asked for."""
+    if CanaryAssignment.of(backend.deployment()) is not None:
+        _annotate(backend, None)
+
+
+def _annotate(backend: KubernetesBackend, value: str | None) -> None:
+    backend._wrote()
+    path = object_path("Deployment", backend.namespace, backend.names.deployment)
+    backend.api.merge_patch(path, {"metadata": {"annotations": {CANARY_ANNOTATION: value}}})

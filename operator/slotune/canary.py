@@ -1,0 +1,101 @@
+"""Canary verification: judge a candidate config on one replica against its siblings over the same window.
+
+Before/after (slotune.verification) compares window N (old config) with window N+1 (new config), so any drift of
+the load between the two windows is read as the change's effect. A canary runs the candidate on one replica while
+the others keep the old config and the traffic is split evenly between them, so both arms see the same load at the
+same time and the drift cancels.
+
+The stated test, per SLO metric: the exact two-sample quantile test of slotune.loadgen.compare (pooled-quantile
+threshold, one-sided Fisher exact test on exceedance counts; on bucket counts for Prometheus histograms, on samples
+where there are samples), the canary as sample B and the pooled baseline replicas as sample A, each test one-sided
+at ALPHA / 2, with an effect of at least MIN_EFFECT. The canary is promoted when the targeted percentile is better
+beyond noise, or (as before/after does: a tail percentile of one window has few requests above it, its median far
+more) the median of the same metric is better beyond noise and the targeted percentile's estimate moved the same
+way by MIN_EFFECT; and no SLO percentile is worse beyond noise. It is rolled back otherwise (worse: with the
+evidence; neither: no improvement shown). Under A/A (the same config on both arms) a promotion needs one of the two
+promoting tests to fire by chance: the false-promote rate is at most ALPHA (Bonferroni) if the requests of a window
+were exchangeable between the arms (bench/bench_canary.py measures it on real runtimes, where per-replica queues
+make them only roughly so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from slotune.loadgen.compare import Comparison, Difference, compare_histograms, compare_samples
+from slotune.slo import SLOSpec
+from slotune.snapshot import LatencyMetric, LatencySummary, MetricsSnapshot
+from slotune.verification import MIN_EFFECT
+
+ALPHA = 0.05  # the false-promote rate under A/A the rule is built to stay under; each test runs at ALPHA / 2
+METHOD = (f"canary: candidate on one replica vs the others over the same window; exact quantile test (pooled-"
+          f"quantile threshold, one-sided Fisher) at {ALPHA / 2:g} per test, effect >= {MIN_EFFECT:.0%}")
+
+
+class CanaryOutcome(StrEnum):
+    PROMOTE = "promote"  # the targeted percentile (or its median, see above) better beyond noise, nothing worse
+    WORSE = "worse"  # some SLO percentile of the canary is worse beyond noise: roll the canary back
+    NO_GAIN = "no-gain"  # nothing shown either way: roll the canary back (a change must earn its place)
+    TOO_FEW_SAMPLES = "too-few-samples"  # an arm served nothing in the window: judge another window
+
+
+@dataclass(frozen=True)
+class CanaryVerdict:
+    outcome: CanaryOutcome
+    targeted: Comparison
+    worse: tuple[Comparison, ...]  # every SLO percentile the canary made worse beyond noise
+    reason: str
+
+    @property
+    def promote(self) -> bool:
+        return self.outcome is CanaryOutcome.PROMOTE
+
+
+def compare_arms(baseline: LatencySummary, canary: LatencySummary, percentile: int,
+                 alpha: float = ALPHA) -> Comparison:
+    """The quantile test of one percentile, baseline replicas as A and the canary as B; samples where both have
+    them, else bucket counts (both arms run one runtime, so their buckets match)."""
+    if baseline.samples_ms and canary.samples_ms:
+        return compare_samples(baseline.samples_ms, canary.samples_ms, percentile, alpha, MIN_EFFECT)
+    if baseline.histogram is not None and canary.histogram is not None:
+        return compare_histograms(baseline.histogram, canary.histogram, percentile, alpha, MIN_EFFECT)
+    return Comparison(percentile, baseline.at(percentile), canary.at(percentile), None, 1.0, 1.0, alpha,
+                      Difference.TOO_FEW_SAMPLES)
+
+
+def judge(baseline: MetricsSnapshot, canary: MetricsSnapshot, target: LatencyMetric, percentile: int,
+          slo: SLOSpec, alpha: float = ALPHA) -> CanaryVerdict:
+    """Promote or roll back the canary from one window of both arms (see the module docstring for the rule)."""
+    alpha = alpha / 2
+    others = [t for t in slo.targets() if (t.metric, t.percentile) != (target, percentile)]
+    targeted = compare_arms(baseline.latency(target), canary.latency(target), percentile, alpha)
+    checks = [(f"{target.value}_p{percentile}", targeted)] + [
+        (t.name, compare_arms(baseline.latency(t.metric), canary.latency(t.metric), t.percentile, alpha))
+        for t in others]
+    worse = [(name, test) for name, test in checks if test.verdict is Difference.WORSE]
+    if targeted.verdict is Difference.TOO_FEW_SAMPLES:
+        return CanaryVerdict(CanaryOutcome.TOO_FEW_SAMPLES, targeted, (), "an arm served no requests in the window")
+    if worse:
+        found = "; ".join(_describe(name, test) for name, test in worse)
+        return CanaryVerdict(CanaryOutcome.WORSE, targeted, tuple(test for _, test in worse),
+                             f"canary worse than its siblings: {found}")
+    if targeted.verdict is Difference.BETTER:
+        return CanaryVerdict(CanaryOutcome.PROMOTE, targeted, (),
+                             f"canary better than its siblings: {_describe(checks[0][0], targeted)}")
+    median = compare_arms(baseline.latency(target), canary.latency(target), 50, alpha)
+    moved = targeted.ratio is not None and targeted.ratio <= 1 - MIN_EFFECT
+    if percentile != 50 and median.verdict is Difference.BETTER and moved:
+        return CanaryVerdict(CanaryOutcome.PROMOTE, targeted, (), "canary better than its siblings at the median: "
+                             f"{_describe(f'{target.value}_p50', median)}; {_describe(checks[0][0], targeted)}")
+    return CanaryVerdict(CanaryOutcome.NO_GAIN, targeted, (),
+                         f"canary not better than its siblings: {_describe(checks[0][0], targeted)}")
+
+
+def _describe(name: str, test: Comparison) -> str:
+    """`ttft_p99 120.0 (siblings) vs 80.0 ms (canary), x0.67, p=0.001`."""
+    a = "n/a" if test.a_ms is None else f"{test.a_ms:.1f}"
+    b = "n/a" if test.b_ms is None else f"{test.b_ms:.1f}"
+    ratio = "" if test.ratio is None else f", x{test.ratio:.2f}"
+    p = min(test.p_better, test.p_worse)
+    return f"{name} {a} (siblings) vs {b} ms (canary){ratio}, p={p:.2g}"

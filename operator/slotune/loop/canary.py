@@ -1,0 +1,82 @@
+"""The loop's side of canary verification: when a change is tried as a canary, and how its window is judged.
+
+A backend that can run a candidate on one replica (`CanaryBackend`, the Kubernetes one) and a source that can read
+a window per replica (`CanarySource`, Prometheus grouped by pod) make a change a canary when the backend agrees (a
+live change, same replica count, two or more ready replicas). The window of the canary is judged by slotune.canary
+(the canary pod against its siblings over the same window) instead of before/after; the verdict says which was
+used. Without either capability, or for a trim (a replica change), the change is verified before/after as ever.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from slotune.canary import CanaryOutcome, judge
+from slotune.knobs import RuntimeConfig
+from slotune.loop.protocols import ApplyResult
+from slotune.loop.state import PendingChange
+from slotune.metrics.per_pod import ArmWindows
+from slotune.metrics.window import MetricsUnavailable
+from slotune.slo import SLOSpec
+from slotune.verification import MetricChange, Verification
+
+BEFORE_AFTER = "before/after (the window before the change vs the window after it)"
+
+
+class Started(Protocol):
+    pod: str
+    result: ApplyResult
+
+
+@runtime_checkable
+class CanaryBackend(Protocol):
+    def start_canary(self, running: RuntimeConfig, candidate: RuntimeConfig) -> Started | None:
+        """Run `candidate` on one replica, the others untouched; None when this change cannot be a canary."""
+        ...
+
+    def end_canary(self) -> None:
+        """Forget the canary: the next apply brings every replica to the config it is asked for."""
+        ...
+
+
+@runtime_checkable
+class CanarySource(Protocol):
+    def arms(self, canary_pod: str) -> ArmWindows:
+        """The window `measure` last returned, split into the canary pod and its siblings pooled."""
+        ...
+
+
+@dataclass(frozen=True)
+class CanaryStarted:
+    pod: str
+    result: ApplyResult
+
+
+def start(backend: object, source: object, pending: PendingChange) -> CanaryStarted | None:
+    """Try `pending` as a canary; None when it is verified before/after (see the module docstring)."""
+    if pending.trim or not isinstance(backend, CanaryBackend) or not isinstance(source, CanarySource):
+        return None
+    started = backend.start_canary(pending.previous, pending.config)
+    return None if started is None else CanaryStarted(started.pod, started.result)
+
+
+def verification(source: object, pending: PendingChange, slo: SLOSpec) -> Verification | None:
+    """The canary's verdict on the window just measured, as the loop's Verification; None when an arm has no
+    requests or series in it (the window is not judged)."""
+    assert pending.canary_pod is not None and isinstance(source, CanarySource)
+    try:
+        arms = source.arms(pending.canary_pod)
+    except MetricsUnavailable:
+        return None
+    verdict = judge(arms.baseline, arms.canary, pending.target_metric, pending.target_percentile, slo)
+    if verdict.outcome is CanaryOutcome.TOO_FEW_SAMPLES:
+        return None
+    test = verdict.targeted
+    targeted = MetricChange(f"{pending.target_metric.value}_p{pending.target_percentile}", test.a_ms, test.b_ms,
+                            math.nan, math.nan, verdict.promote, verdict.outcome is CanaryOutcome.WORSE,
+                            f"quantile test p={min(test.p_better, test.p_worse):.2g}")
+    regressions = (verdict.reason,) if verdict.outcome is CanaryOutcome.WORSE else ()
+    return Verification(verdict.promote, f"canary verification, {arms.describe()}: {verdict.reason}", targeted,
+                        regressions, slo.is_met(arms.canary))

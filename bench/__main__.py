@@ -26,6 +26,7 @@ BENCHMARKS = {
     "demo": [sys.executable, "-m", "bench.bench_demo"],
     "tuner": [sys.executable, "-m", "slotune.cli", "bench-tuner", "--scenarios", "bench/scenarios"],
     "operator-scale": [sys.executable, "-m", "bench.bench_operator_scale"],
+    "canary": [sys.executable, "-m", "bench.bench_canary"],
 }
 
 

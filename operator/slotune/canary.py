@@ -5,17 +5,17 @@ the load between the two windows is read as the change's effect. A canary runs t
 the others keep the old config and the traffic is split evenly between them, so both arms see the same load at the
 same time and the drift cancels.
 
-The stated test, per SLO metric: the exact two-sample quantile test of slotune.loadgen.compare (pooled-quantile
+The stated test, per SLO percentile: the exact two-sample quantile test of slotune.loadgen.compare (pooled-quantile
 threshold, one-sided Fisher exact test on exceedance counts; on bucket counts for Prometheus histograms, on samples
-where there are samples), the canary as sample B and the pooled baseline replicas as sample A, each test one-sided
-at ALPHA / 2, with an effect of at least MIN_EFFECT. The canary is promoted when the targeted percentile is better
-beyond noise, or (as before/after does: a tail percentile of one window has few requests above it, its median far
-more) the median of the same metric is better beyond noise and the targeted percentile's estimate moved the same
-way by MIN_EFFECT; and no SLO percentile is worse beyond noise. It is rolled back otherwise (worse: with the
-evidence; neither: no improvement shown). Under A/A (the same config on both arms) a promotion needs one of the two
-promoting tests to fire by chance: the false-promote rate is at most ALPHA (Bonferroni) if the requests of a window
-were exchangeable between the arms (bench/bench_canary.py measures it on real runtimes, where per-replica queues
-make them only roughly so).
+where there are samples), the canary as sample B and the pooled sibling replicas as sample A, each test one-sided
+at ALPHA / 2, with an effect of at least MIN_EFFECT. Where the percentile's test sees no difference, the median's
+decides if the percentile's estimate moved the same way by MIN_EFFECT (as before/after does: a tail percentile of
+one window has few requests above it, its median far more). The canary is promoted when the targeted percentile is
+better and no SLO percentile is worse; it is rolled back otherwise (worse: with the evidence; neither: no
+improvement shown). Under A/A (the same config on both arms) a promotion needs the percentile's or the median's
+test to fire by chance: the false-promote rate is at most ALPHA (Bonferroni) if the requests of a window were
+exchangeable between the arms (bench/bench_canary.py measures it on real runtimes, where per-replica queues make
+them only roughly so).
 """
 
 from __future__ import annotations
@@ -64,32 +64,56 @@ def compare_arms(baseline: LatencySummary, canary: LatencySummary, percentile: i
                       Difference.TOO_FEW_SAMPLES)
 
 
+@dataclass(frozen=True)
+class Shift:
+    """Which way one SLO percentile of the canary moved, and the test that says so."""
+
+    name: str
+    verdict: Difference
+    test: Comparison  # the percentile's own test
+    median: Comparison | None = None  # the median's, when it decided
+
+    def describe(self) -> str:
+        own = _describe(self.name, self.test)
+        return own if self.median is None else f"{_describe('median', self.median)} ({own})"
+
+
+def shift(baseline: LatencySummary, canary: LatencySummary, name: str, percentile: int, alpha: float) -> Shift:
+    """The percentile's test; where it sees no difference, the median's, if the percentile's estimate moved the
+    same way by MIN_EFFECT (a tail has few requests above it, and ties in its bucket only count against the test:
+    a canary whose every request sits in the top bucket moves the median, not the pooled P99's exceedances)."""
+    test = compare_arms(baseline, canary, percentile, alpha)
+    if test.verdict is not Difference.NO_CHANGE or percentile == 50 or test.ratio is None:
+        return Shift(name, test.verdict, test)
+    median = compare_arms(baseline, canary, 50, alpha)
+    if median.verdict is Difference.BETTER and test.ratio <= 1 - MIN_EFFECT:
+        return Shift(name, Difference.BETTER, test, median)
+    if median.verdict is Difference.WORSE and test.ratio >= 1 + MIN_EFFECT:
+        return Shift(name, Difference.WORSE, test, median)
+    return Shift(name, Difference.NO_CHANGE, test)
+
+
 def judge(baseline: MetricsSnapshot, canary: MetricsSnapshot, target: LatencyMetric, percentile: int,
           slo: SLOSpec, alpha: float = ALPHA) -> CanaryVerdict:
     """Promote or roll back the canary from one window of both arms (see the module docstring for the rule)."""
     alpha = alpha / 2
     others = [t for t in slo.targets() if (t.metric, t.percentile) != (target, percentile)]
-    targeted = compare_arms(baseline.latency(target), canary.latency(target), percentile, alpha)
-    checks = [(f"{target.value}_p{percentile}", targeted)] + [
-        (t.name, compare_arms(baseline.latency(t.metric), canary.latency(t.metric), t.percentile, alpha))
-        for t in others]
-    worse = [(name, test) for name, test in checks if test.verdict is Difference.WORSE]
+    targeted = shift(baseline.latency(target), canary.latency(target), f"{target.value}_p{percentile}", percentile,
+                     alpha)
+    checks = [targeted] + [shift(baseline.latency(t.metric), canary.latency(t.metric), t.name, t.percentile, alpha)
+                           for t in others]
+    worse = [check for check in checks if check.verdict is Difference.WORSE]
     if targeted.verdict is Difference.TOO_FEW_SAMPLES:
-        return CanaryVerdict(CanaryOutcome.TOO_FEW_SAMPLES, targeted, (), "an arm served no requests in the window")
+        return CanaryVerdict(CanaryOutcome.TOO_FEW_SAMPLES, targeted.test, (),
+                             "an arm served no requests in the window")
     if worse:
-        found = "; ".join(_describe(name, test) for name, test in worse)
-        return CanaryVerdict(CanaryOutcome.WORSE, targeted, tuple(test for _, test in worse),
-                             f"canary worse than its siblings: {found}")
+        return CanaryVerdict(CanaryOutcome.WORSE, targeted.test, tuple(c.test for c in worse),
+                             f"canary worse than its siblings: {'; '.join(c.describe() for c in worse)}")
     if targeted.verdict is Difference.BETTER:
-        return CanaryVerdict(CanaryOutcome.PROMOTE, targeted, (),
-                             f"canary better than its siblings: {_describe(checks[0][0], targeted)}")
-    median = compare_arms(baseline.latency(target), canary.latency(target), 50, alpha)
-    moved = targeted.ratio is not None and targeted.ratio <= 1 - MIN_EFFECT
-    if percentile != 50 and median.verdict is Difference.BETTER and moved:
-        return CanaryVerdict(CanaryOutcome.PROMOTE, targeted, (), "canary better than its siblings at the median: "
-                             f"{_describe(f'{target.value}_p50', median)}; {_describe(checks[0][0], targeted)}")
-    return CanaryVerdict(CanaryOutcome.NO_GAIN, targeted, (),
-                         f"canary not better than its siblings: {_describe(checks[0][0], targeted)}")
+        return CanaryVerdict(CanaryOutcome.PROMOTE, targeted.test, (),
+                             f"canary better than its siblings: {targeted.describe()}")
+    return CanaryVerdict(CanaryOutcome.NO_GAIN, targeted.test, (),
+                         f"canary not better than its siblings: {targeted.describe()}")
 
 
 def _describe(name: str, test: Comparison) -> str:

@@ -1,0 +1,227 @@
+"""Canary verification, measured (issue 18): is the canary rule (slotune.canary) honest and does it see what it should?
+
+(a) A/A on real runtime processes: two `python -m gpu_runtime serve` processes of one config (tiny model, CPU), one
+    closed-loop load (slotune.loadgen) split evenly between them (round robin). Each trial is one window that ends
+    when both arms finished WINDOW_REQUESTS requests (read by scraping each runtime's /metrics at the window's ends,
+    the bucket counts Prometheus would see); the canary role alternates between the two processes. The rule is
+    judged as the operator runs it: false promotes (and false "worse") against its stated alpha.
+(b) Slowdown: one process is reconfigured live (POST /admin/config, as the operator does a canary) to a config that
+    serves the same load more slowly (max_num_seqs below its share of the closed loop's requests in flight: requests
+    queue); the measured slowdown of the canary arm is reported next to the share of windows that roll it back.
+(c) A load ramp during the window, simulated (bench/canary_ramp.py): before/after vs the canary, right answers and
+    time to decision.
+
+    python -m bench.bench_canary [--trials 24] [--slow-trials 12]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.canary_ramp import WINDOW_S, run_ramps
+from gpu_runtime.checkpoint import build_checkpoint
+from slotune.backends.processes import LaunchSpec, RuntimeProcess
+from slotune.canary import ALPHA, METHOD, CanaryOutcome, judge
+from slotune.knobs import RuntimeConfig
+from slotune.loadgen.runner import RunPlan, run_workload
+from slotune.metrics.exposition import Exposition
+from slotune.metrics.names import names_for
+from slotune.metrics.scrape import fetch_exposition, readings_from_scrapes
+from slotune.slo import SLOSpec
+from slotune.snapshot import LatencyMetric, MetricsSnapshot, Source
+from slotune.workload import WorkloadSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+SLO = SLOSpec.model_validate({"ttft": {"p99": 1000}})  # the rule reads which percentiles, not the target values
+CONCURRENCY = 12  # requests in flight over both runtimes: 6 each
+WORKLOAD = {"profile": "custom", "arrival": "concurrency", "concurrency": CONCURRENCY,
+            "promptTokens": {"p50": 32, "p99": 64}, "outputTokens": {"p50": 32, "p99": 48}}
+BASE = RuntimeConfig(max_num_seqs=8, max_num_batched_tokens=256)
+SLOW = BASE.with_changes(max_num_seqs=4)  # below the 6 requests in flight per runtime: a third of them queue
+WINDOW_REQUESTS = 80  # requests each arm finishes per window
+TOKEN = "bench-canary"
+
+
+class Load:
+    """Closed-loop load over `urls` (round robin: an even split), in back-to-back short runs, until stopped."""
+
+    def __init__(self, urls: tuple[str, ...]) -> None:
+        self.urls = urls
+        self.spec = WorkloadSpec.model_validate(WORKLOAD)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="load", daemon=True)
+
+    def start(self) -> Load:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        seed = 0
+        while not self._stop.is_set():
+            plan = RunPlan(urls=self.urls, model="tiny", duration_s=10.0, warmup_requests=0, seed=seed, timeout_s=120,
+                           show_progress=False)
+            seed += 1
+            asyncio.run(run_workload(self.spec, plan))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=120)
+
+
+def _snapshot(before: list[Exposition], after: list[Exposition], window_s: float) -> MetricsSnapshot:
+    return readings_from_scrapes(before, after, window_s, names_for("builtin"), {}).to_snapshot(Source.SCRAPE)
+
+
+def window(client: httpx.Client, urls: list[str], canary: int) -> tuple[MetricsSnapshot, MetricsSnapshot]:
+    """(siblings pooled, canary) over one window that ends once both arms finished WINDOW_REQUESTS requests."""
+    metrics = [f"{url}/metrics" for url in urls]
+    start, before = time.monotonic(), [fetch_exposition(client, m) for m in metrics]
+    while True:
+        time.sleep(1.0)
+        after = [fetch_exposition(client, m) for m in metrics]
+        window_s = time.monotonic() - start
+        siblings = [i for i in range(len(urls)) if i != canary]
+        rest = _snapshot([before[i] for i in siblings], [after[i] for i in siblings], window_s)
+        arm = _snapshot([before[canary]], [after[canary]], window_s)
+        if min(rest.num_requests / len(siblings), arm.num_requests) >= WINDOW_REQUESTS:
+            return rest, arm
+
+
+def trials(urls: list[str], count: int, canary_of: Any) -> list[dict[str, Any]]:
+    found = []
+    with httpx.Client(timeout=30) as client:
+        for trial in range(count):
+            canary = canary_of(trial)
+            rest, arm = window(client, urls, canary)
+            verdict = judge(rest, arm, LatencyMetric.TTFT, 99, SLO)
+            found.append({"canary": canary, "outcome": verdict.outcome.value, "reason": verdict.reason,
+                          "canary_requests": arm.num_requests, "sibling_requests": rest.num_requests,
+                          "ttft_p50_ms": [rest.ttft.p50_ms, arm.ttft.p50_ms],
+                          "ttft_p99_ms": [rest.ttft.p99_ms, arm.ttft.p99_ms]})
+            print(f"trial {trial}: canary {canary} {verdict.outcome.value}: {verdict.reason}", flush=True)
+    return found
+
+
+def rates(found: list[dict[str, Any]]) -> dict[str, float]:
+    return {o.value: sum(t["outcome"] == o.value for t in found) / len(found) for o in CanaryOutcome}
+
+
+def slowdown(found: list[dict[str, Any]], key: str) -> float:
+    """The canary arm's percentile over its siblings', the median over the trials."""
+    ratios = sorted(t[key][1] / t[key][0] for t in found if t[key][0] and t[key][1])
+    return ratios[len(ratios) // 2] if ratios else float("nan")
+
+
+def start_runtimes(workdir: Path, count: int) -> list[RuntimeProcess]:
+    model_dir = build_checkpoint(workdir / "tiny", "tiny")
+    token_file = workdir / "admin-token"
+    token_file.write_text(TOKEN)
+    runtimes = [RuntimeProcess(LaunchSpec(str(model_dir), "tiny", tuple(BASE.engine_args()), token_file,
+                                          workdir / "logs", extra_args=("--dtype", "float32")), index)
+                for index in range(count)]
+    for runtime in runtimes:
+        runtime.wait_healthy()
+    return runtimes
+
+
+def reconfigure(runtime: RuntimeProcess, config: RuntimeConfig) -> None:
+    response = httpx.post(f"{runtime.url}/admin/config", json=config.admin_payload(),
+                          headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+    response.raise_for_status()
+
+
+def real_runs(a_a_trials: int, slow_trials: int) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="bench-canary-"))
+    runtimes = start_runtimes(workdir, 2)
+    urls = [r.url for r in runtimes]
+    load = Load(tuple(urls)).start()
+    try:
+        window(httpx.Client(timeout=30), urls, 0)  # warm-up: the first requests of a process are slower
+        a_a = trials(urls, a_a_trials, lambda trial: trial % 2)
+        reconfigure(runtimes[0], SLOW)
+        slow = trials(urls, slow_trials, lambda trial: 0)
+    finally:
+        load.stop()
+        for runtime in runtimes:
+            runtime.stop()
+    return {"a_a": {"trials": a_a, "rates": rates(a_a)},
+            "slowdown": {"trials": slow, "rates": rates(slow), "config": SLOW.describe(),
+                         "ttft_p50_ratio": slowdown(slow, "ttft_p50_ms"),
+                         "ttft_p99_ratio": slowdown(slow, "ttft_p99_ms")}}
+
+
+def machine() -> dict[str, object]:
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+    model = next((ln.split(":", 1)[1].strip() for ln in lscpu.splitlines() if ln.startswith("Model name")), "?")
+    return {"cpu_model": model, "cores": os.cpu_count(), "python": platform.python_version(),
+            "load_average_1m_end": os.getloadavg()[0]}
+
+
+def markdown(result: dict[str, Any]) -> str:
+    real, a_a, slow = result["real"], result["real"]["a_a"]["rates"], result["real"]["slowdown"]
+    lines = [
+        "# Canary verification", "",
+        f"Rule: {METHOD}; stated false-promote bound under A/A: {ALPHA}. Machine: {result['machine']['cpu_model']}, "
+        f"{result['machine']['cores']} cores, load average {result['machine']['load_average_1m_end']:.1f} at the "
+        "end (shared with other work). Made by `python -m bench.bench_canary`.", "",
+        "## A/A and a slower canary, on real runtime processes", "",
+        f"Two runtime processes (tiny model, CPU, {BASE.describe()}), closed-loop load of {CONCURRENCY} requests in "
+        f"flight split evenly; a window ends when each arm finished {WINDOW_REQUESTS} requests; scraped /metrics "
+        "bucket counts.", "",
+        "| experiment | trials | promote | worse (rolled back) | no gain (rolled back) |", "|---|---|---|---|---|",
+        f"| A/A (same config) | {len(real['a_a']['trials'])} | {a_a['promote']:.0%} | {a_a['worse']:.0%} | "
+        f"{a_a['no-gain']:.0%} |",
+        f"| canary slower: {slow['config']} | {len(slow['trials'])} | {slow['rates']['promote']:.0%} | "
+        f"{slow['rates']['worse']:.0%} | {slow['rates']['no-gain']:.0%} |", "",
+        f"Measured slowdown of the slower canary (median over its windows, canary / siblings): TTFT P50 "
+        f"x{slow['ttft_p50_ratio']:.2f}, P99 x{slow['ttft_p99_ratio']:.2f}. The slowdown is a slower config (fewer "
+        "sequences than requests in flight per runtime, so requests queue), set live by POST /admin/config; the "
+        "runtime has no flag for an injected per-step delay.", "",
+        "## A load ramp during the window (simulated)", "",
+        f"Simulator (slotune.simulator), {WINDOW_S:.0f} s windows, 4 replicas; the canary runs on one of them. "
+        "Time to decision: simulated seconds from applying the change to the verdict.", "",
+        "| scenario | load per window (req/s) | right answer | before/after right | canary right | "
+        "time to decision before/after | canary |", "|---|---|---|---|---|---|---|",
+    ]
+    for ramp in result["ramp"]:
+        right = "keep" if ramp["new_is_better"] else "roll back"
+        lines.append(f"| {ramp['ramp']}: {ramp['old']} -> {ramp['new']} | "
+                     f"{' / '.join(f'{r:g}' for r in ramp['rates_per_s'])} | {right} | "
+                     f"{ramp['before_after_right']:.0%} | {ramp['canary_right']:.0%} | "
+                     f"{ramp['before_after_time_to_decision_s']:.0f} s | {ramp['canary_time_to_decision_s']:.0f} s |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=24, help="A/A windows")
+    parser.add_argument("--slow-trials", type=int, default=12, help="windows with the slower canary")
+    parser.add_argument("--ramp-trials", type=int, default=20, help="simulated trials per ramp scenario")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    ramp = run_ramps(args.ramp_trials)
+    real = real_runs(args.trials, args.slow_trials)
+    result = {"method": METHOD, "alpha": ALPHA, "real": real, "ramp": ramp, "machine": machine(),
+              "duration_s": round(time.monotonic() - started)}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "canary.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / "canary.md").write_text(markdown(result))
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,189 @@
+"""Canary verification on real runtime pods: the candidate goes to one ready pod by `/admin/config`, closed-loop load
+is split evenly over the pods, per-pod PromQL over the same window judges canary against sibling, and the canary is
+promoted to every pod or rolled back on the canary pod alone. Every pod's live config (`GET /admin/config`) is read
+back after each step, and the sibling never changes during a canary.
+
+The test plays the loop's part (start the canary, judge its window, end it and apply the verdict), as
+test_pod_config_invariant does; the operator's Kubernetes backend, per-pod reads (slotune.metrics.per_pod) and
+decision rule (slotune.canary) are the real ones, as are the control plane, Prometheus and the runtime processes
+(tests/e2e/harness/kubelet.py runs one per Ready pod of kwok's fake nodes). tests/unit/test_loop_canary.py covers
+the tuner's side of the same path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from slotune.api import parse_tunedmodel
+from slotune.backends.kube_api import KubeAPI
+from slotune.backends.kube_canary import CanaryAssignment
+from slotune.backends.kube_deployment import KubernetesBackend
+from slotune.canary import CanaryOutcome, CanaryVerdict, judge
+from slotune.controller.run import deploy
+from slotune.knobs import RuntimeConfig
+from slotune.loadgen.runner import RunPlan, run_workload
+from slotune.loop import ApplyResult
+from slotune.metrics.names import names_for
+from slotune.metrics.per_pod import ArmWindows, arm_windows
+from slotune.metrics.promql import Selector
+from slotune.metrics.window import MetricsUnavailable
+from slotune.settings import OperatorSettings
+from slotune.snapshot import LatencyMetric
+from slotune.workload import WorkloadSpec
+from tests.e2e.harness.kube import apply, get, install_tunedmodel_crd, scratch_namespace, wait_for, wait_for_progress
+from tests.e2e.harness.kubelet import KubeletStandIn
+
+NAME = "canary"
+# Closed loop, 8 requests in flight per pod: at one sequence at a time each request waits for the others' decodes,
+# at 16 they share a batch. Which way TTFT moves is then never in doubt; the test asserts the verdict follows it.
+WORKLOAD = {"profile": "custom", "arrival": "concurrency", "concurrency": 16,
+            "promptTokens": {"p50": 32, "p99": 64}, "outputTokens": {"p50": 48, "p99": 64}}
+ARM_REQUESTS = 60  # requests each arm must finish in the canary window before it is judged
+
+
+def tunedmodel(namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "slotune.io/v1alpha1", "kind": "TunedModel",
+        "metadata": {"name": NAME, "namespace": namespace},
+        "spec": {
+            "model": {"name": "tiny", "source": "builtin://tiny", "dtype": "float32", "maxModelLen": 256},
+            "hardware": {"accelerator": "cpu", "count": 0},
+            "runtime": {"engine": "builtin", "config": {"maxNumSeqs": 1, "maxNumBatchedTokens": 256}},
+            "slo": {"ttft": {"p99": 1000}},
+            "replicas": 2,
+            "tuning": {"mode": "off", "windowSeconds": 5, "minSamples": 10},
+        },
+    }
+
+
+class Load:
+    """Closed-loop slotune.loadgen over every serving pod (round robin: an even split), in short runs, until stopped."""
+
+    def __init__(self, kubelet: KubeletStandIn) -> None:
+        self.kubelet = kubelet
+        self.spec = WorkloadSpec.model_validate(WORKLOAD)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="load", daemon=True)
+
+    def start(self) -> Load:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        seed = 0
+        while not self._stop.is_set():
+            urls = tuple(sorted(self.kubelet.urls()))
+            if len(urls) < 2:
+                self._stop.wait(0.5)
+                continue
+            plan = RunPlan(urls=urls, model="tiny", duration_s=6.0, warmup_requests=0, seed=seed, timeout_s=60,
+                           show_progress=False)
+            seed += 1
+            try:
+                asyncio.run(run_workload(self.spec, plan))
+            except httpx.HTTPError:
+                self._stop.wait(0.5)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=90)
+
+
+@pytest.fixture
+def namespace(kube) -> Iterator[str]:
+    install_tunedmodel_crd(kube)
+    with scratch_namespace(kube, "canary") as name:
+        yield name
+
+
+def settle(call: Any) -> ApplyResult:
+    """Ask as the operator's ticks would until the backend's answer is not 'in progress' (its own deadlines end it)."""
+    while (result := call()).in_progress:
+        time.sleep(0.5)
+    return result
+
+
+def seqs(kubelet: KubeletStandIn) -> dict[str, int]:
+    return {pod: config["max_num_seqs"] for pod, config in kubelet.live_configs().items()}
+
+
+def test_canary_promoted_when_better_rolled_back_alone_when_worse(kube, namespace, prometheus, model_cache,
+                                                                   tmp_path) -> None:
+    server = prometheus()
+    kubelet = KubeletStandIn(kube.api_client(), namespace, NAME, server, tmp_path).start()
+    settings = OperatorSettings(pod_endpoints_file=kubelet.endpoints_file, rollout_timeout_s=300)
+    api = KubeAPI.from_environment(str(kube.kubeconfig))
+    selector = Selector(namespace=namespace, deployment=f"{NAME}-runtime", model="tiny")
+    load = Load(kubelet)
+
+    def canary_window(pod: str) -> ArmWindows:
+        """Both arms over the same window, from when the canary was confirmed running until each arm finished
+        ARM_REQUESTS requests (waiting on their progress, never on a clock)."""
+        start_s = time.time()
+        found: list[ArmWindows] = []
+
+        def least() -> int:
+            try:
+                found[:] = [arm_windows(server.url, names_for("builtin"), selector, pod, time.time() - start_s,
+                                        time.time())]
+            except MetricsUnavailable:
+                return 0
+            return min(found[0].canary.num_requests, found[0].baseline.num_requests)
+
+        wait_for_progress(least, ARM_REQUESTS, 180, "requests in both arms of the canary window",
+                          describe=lambda: f"{kubelet.errors}")
+        return found[0]
+
+    def run_canary(backend: KubernetesBackend, running: RuntimeConfig, candidate: RuntimeConfig) -> CanaryVerdict:
+        started = settle(lambda: backend.start_canary(running, candidate).result)
+        assert started.ok, started.reason
+        assignment = CanaryAssignment.of(backend.deployment())
+        assert assignment is not None and assignment.config == candidate
+        (sibling,) = [pod for pod in kubelet.pods if pod != assignment.pod]
+        live = seqs(kubelet)
+        assert live == {assignment.pod: candidate.max_num_seqs, sibling: running.max_num_seqs}
+        arms = canary_window(assignment.pod)
+        assert arms.baseline_pods == (sibling,)
+        assert seqs(kubelet)[sibling] == running.max_num_seqs  # the sibling never changed during the canary
+        return judge(arms.baseline, arms.canary, LatencyMetric.TTFT, 99, parse_tunedmodel(
+            get(kube, "tunedmodel", NAME, namespace)).spec.slo)
+
+    try:
+        apply(kube, tunedmodel(namespace))
+        tm = parse_tunedmodel(get(kube, "tunedmodel", NAME, namespace))
+        deploy(api, tm, settings, restart_tuning=True)
+        backend = KubernetesBackend(api, tm, settings)
+        slow = tm.spec.initial_config()
+        assert settle(lambda: backend.apply(slow)).ok
+        wait_for(lambda: len(seqs(kubelet)) == 2, 180, "both pods serving", describe=lambda: f"{kubelet.errors}")
+        assert seqs(kubelet) == dict.fromkeys(kubelet.pods, 1)
+        started = kubelet.started_total
+        load.start()
+
+        # A better candidate: promoted, then every pod runs it.
+        fast = slow.with_changes(max_num_seqs=16)
+        verdict = run_canary(backend, slow, fast)
+        assert verdict.outcome is CanaryOutcome.PROMOTE, verdict.reason
+        backend.end_canary()
+        assert settle(lambda: backend.apply(fast)).ok
+        assert seqs(kubelet) == dict.fromkeys(kubelet.pods, 16)
+
+        # A worse candidate: rolled back on the canary pod alone, the sibling keeps serving what it ran.
+        verdict = run_canary(backend, fast, slow)
+        assert verdict.outcome is CanaryOutcome.WORSE, verdict.reason
+        backend.end_canary()
+        assert CanaryAssignment.of(backend.deployment()) is None
+        assert settle(lambda: backend.apply(fast)).ok
+        assert seqs(kubelet) == dict.fromkeys(kubelet.pods, 16)
+        assert kubelet.started_total == started  # every change was live: no pod restarted
+    finally:
+        load.stop()
+        api.close()
+        kubelet.stop()

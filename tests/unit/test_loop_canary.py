@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from slotune.api.status import Phase, Verdict
+from slotune.api.status import Phase, Verdict, Verification
 from slotune.api.tuning import Knob, TuningSpec
 from slotune.knobs import RuntimeConfig
 from slotune.loop import ApplyResult, MemoryStateStore, Tuner, TuningProblem, TuningState
@@ -80,11 +80,15 @@ def test_a_faster_canary_is_promoted_to_every_pod() -> None:
     assert state.pending is not None and state.pending.canary_pod == "p0"
     assert pods.configs == {"p0": NEW, "p1": OLD, "p2": OLD}
     assert "canary pod p0" in state.message and state.running == OLD  # the status' config: what the siblings run
+    status = state.to_status()
+    assert status.config == OLD and status.canary is not None and (status.canary.pod, status.canary.config) == (
+        "p0", NEW)
     state = tuner.step()  # the canary window: promoted
     assert state.pending is None and state.current == NEW
     assert pods.configs == dict.fromkeys(pods.configs, NEW) and pods.canary is None
     (entry,) = state.history
     assert entry.verdict is Verdict.KEPT and entry.detail.startswith("canary verification")
+    assert entry.verification is Verification.CANARY and state.to_status().canary is None
 
 
 def test_a_slower_canary_is_rolled_back_on_the_canary_alone() -> None:
@@ -102,6 +106,7 @@ def test_a_slower_canary_is_rolled_back_on_the_canary_alone() -> None:
     assert state.pending is None or state.pending.canary_pod == "p0"
     (entry, *_) = state.history
     assert entry.verdict is Verdict.ROLLED_BACK and "canary worse than its siblings" in entry.detail
+    assert entry.verification is Verification.CANARY
 
 
 def test_one_replica_is_verified_before_after() -> None:
@@ -110,4 +115,6 @@ def test_one_replica_is_verified_before_after() -> None:
     tuner, _ = _tuner(pods)
     state = tuner.step()
     assert state.pending is not None and state.pending.canary_pod is None and state.running == NEW
-    assert pods.configs == dict.fromkeys(pods.configs, NEW)
+    assert pods.configs == dict.fromkeys(pods.configs, NEW) and state.to_status().canary is None
+    state = tuner.step()
+    assert state.history[0].verification is Verification.BEFORE_AFTER

@@ -55,6 +55,18 @@ class Verdict(StrEnum):
     WORKLOAD_SHIFT = "WorkloadShift"
 
 
+class Verification(StrEnum):
+    CANARY = "Canary"  # the candidate on one pod against its siblings over the same window
+    BEFORE_AFTER = "BeforeAfter"  # the window before the change against the window after it
+
+
+class Canary(ApiModel):
+    """A candidate config on one pod while every other pod keeps `config` (canary verification)."""
+
+    pod: str = Field(max_length=253, description="The pod running the candidate.")
+    config: RuntimeConfig = Field(description="The candidate config that pod runs.")
+
+
 class Condition(ApiModel):
     """One aspect of the resource's state (metav1.Condition)."""
 
@@ -163,6 +175,10 @@ class HistoryEntry(ApiModel):
     verdict: Verdict = Field(description="Baseline, Pending, Kept, RolledBack, Failed (crashed or never ready), or "
                              "WorkloadShift (the measured workload moved; the reason says what, by how much, and "
                              "what was done).")
+    verification: Verification | None = Field(
+        default=None, description="How a Kept or RolledBack verdict was reached: Canary (the candidate on one pod "
+        "against its siblings over the same window) or BeforeAfter (the window before the change against the one "
+        "after it).")
 
 
 class TunedModelStatus(ApiModel):
@@ -181,7 +197,9 @@ class TunedModelStatus(ApiModel):
     )
     observed: Observed | None = Field(default=None, description="The last measurement window.")
     diagnosis: DiagnosisReport | None = Field(default=None, description="Why the last window missed (or met) the SLO.")
-    config: RuntimeConfig | None = Field(default=None, description="The config running now.")
+    config: RuntimeConfig | None = Field(default=None, description="The config running now (during a canary: on "
+                                         "every pod but the canary's).")
+    canary: Canary | None = Field(default=None, description="The canary being verified: its pod and config.")
     best_config: RuntimeConfig | None = Field(
         default=None, description="The closest config to the SLO found so far; the one kept when Infeasible."
     )

@@ -14,12 +14,14 @@ from pydantic import BaseModel, ConfigDict
 
 from slotune.api.status import (
     MAX_HISTORY,
+    Canary,
     DiagnosisReport,
     HistoryEntry,
     Observed,
     Phase,
     TunedModelStatus,
     Verdict,
+    Verification,
 )
 from slotune.api.tuning import Knob
 from slotune.knobs import RuntimeConfig
@@ -58,6 +60,7 @@ class HistoryRecord(_Frozen):
     verdict: Verdict
     detail: str = ""
     trim: bool = False  # a cost-saving change made while the SLO held
+    verification: Verification | None = None  # how a Kept or RolledBack verdict was reached
 
 
 class InfeasibleReport(_Frozen):
@@ -123,10 +126,14 @@ class TuningState(_Frozen):
         """The user-facing status (without samples or bookkeeping)."""
         history = [HistoryEntry(iteration=h.iteration, time=h.time, knob=h.knob, change=h.change,
                                 reason=(h.reason + (f" | {h.detail}" if h.detail else ""))[:4096], before=h.before,
-                                after=h.after, config=h.config, verdict=h.verdict) for h in self.history]
+                                after=h.after, config=h.config, verdict=h.verdict, verification=h.verification)
+                   for h in self.history]
+        pending = self.pending
+        canary = (Canary(pod=pending.canary_pod, config=pending.config)
+                  if pending is not None and pending.applied and pending.canary_pod else None)
         return TunedModelStatus(phase=self.phase, slo_met=self.slo_met, message=self.message[:4096],
                                 iteration=self.iteration, observed=self.observed, diagnosis=self.diagnosis,
-                                config=self.running, best_config=self.best, history=history)
+                                config=self.running, canary=canary, best_config=self.best, history=history)
 
     @property
     def at_rest(self) -> bool:

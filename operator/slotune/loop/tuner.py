@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 
 from slotune.api.spec import TunedModelSpec
 from slotune.api.status import DiagnosisReport, Observed, Phase, Verdict
+from slotune.api.status import Verification as VerificationMethod
 from slotune.api.tuning import Knob, TuningMode, TuningSpec
 from slotune.diagnosis import Diagnosis, diagnose, window_acceptance
 from slotune.knobs import RuntimeConfig
@@ -545,9 +546,12 @@ class Tuner:
     def _entry(self, state: TuningState, pending: PendingChange, verdict: Verdict, detail: str,
                after: MetricsSnapshot | None = None) -> HistoryRecord:
         before = Observed.of(state.baseline) if state.baseline is not None else None
+        method = None if verdict is Verdict.FAILED else (
+            VerificationMethod.CANARY if pending.canary_pod else VerificationMethod.BEFORE_AFTER)
         return HistoryRecord(iteration=state.iteration, time=now_utc(), knob=pending.knob, change=pending.change,
                              reason=pending.reason, before=before, after=Observed.of(after) if after else None,
-                             config=pending.config, verdict=verdict, detail=detail, trim=pending.trim)
+                             config=pending.config, verdict=verdict, detail=detail, trim=pending.trim,
+                             verification=method)
 
     def _save(self, state: TuningState) -> TuningState:
         self.store.save(state)

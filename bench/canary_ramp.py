@@ -89,6 +89,7 @@ def run_ramps(trials: int) -> list[dict[str, Any]]:
         right_ca = sum((outcome is CanaryOutcome.PROMOTE) == ramp.new_is_better for outcome, _ in ca)
         found.append({
             "ramp": ramp.name, "old": ramp.old.describe(), "new": ramp.new.describe(),
+            "change": f"max_num_seqs {ramp.old.max_num_seqs} -> {ramp.new.max_num_seqs} on {REPLICAS} replicas",
             "rates_per_s": list(ramp.rates_per_s), "new_is_better": ramp.new_is_better, "trials": trials,
             "before_after_right": right_ba / trials, "canary_right": right_ca / trials,
             "canary_outcomes": {o.value: sum(c is o for c, _ in ca) for o in CanaryOutcome},

@@ -14,6 +14,7 @@ from slotune.knobs import RuntimeConfig
 from slotune.loop import ApplyResult, MemoryStateStore, Tuner, TuningProblem, TuningState
 from slotune.loop.state import PendingChange
 from slotune.metrics.per_pod import ArmWindows
+from slotune.metrics.window import MetricsUnavailable, UnavailableReason
 from slotune.perfmodel import Deployment
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencyMetric, LatencySummary, MetricsSnapshot, Source
@@ -118,3 +119,23 @@ def test_one_replica_is_verified_before_after() -> None:
     assert pods.configs == dict.fromkeys(pods.configs, NEW) and state.to_status().canary is None
     state = tuner.step()
     assert state.history[0].verification is Verification.BEFORE_AFTER
+
+
+def test_a_canary_whose_pod_vanished_starts_again_and_is_then_judged() -> None:
+    pods = Pods(canary_scale=0.5)
+    tuner, _ = _tuner(pods)
+    tuner.step()
+    arms = pods.arms
+
+    def replaced(canary_pod: str) -> ArmWindows:
+        pods.arms = arms  # type: ignore[method-assign]  # the next window has both arms again
+        raise MetricsUnavailable(UnavailableReason.NOT_EXPOSED, "no per-pod series of the canary pod p0")
+
+    pods.arms = replaced  # type: ignore[method-assign]
+    state = tuner.step()
+    assert "canary lost" in state.message and state.pending is not None and not state.pending.applied
+    assert pods.canary is None and state.changes_applied == 0 and not state.history
+    state = tuner.step()  # applied again, on a ready pod
+    assert state.pending is not None and state.pending.canary_pod == "p0" and state.changes_applied == 1
+    state = tuner.step()
+    assert state.current == NEW and state.history[-1].verification is Verification.CANARY

@@ -4,7 +4,8 @@ A backend that can run a candidate on one replica (`CanaryBackend`, the Kubernet
 a window per replica (`CanarySource`, Prometheus grouped by pod) make a change a canary when the backend agrees (a
 live change, same replica count, two or more ready replicas). The window of the canary is judged by slotune.canary
 (the canary pod against its siblings over the same window) instead of before/after; the verdict says which was
-used. Without either capability, or for a trim (a replica change), the change is verified before/after as ever.
+used. Without either capability, for a trim (a replica change), or for a change that can alter outputs (its quality
+gate probes through the Service, which would mix both arms), the change is verified before/after as ever.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from slotune.canary import CanaryOutcome, judge
-from slotune.knobs import RuntimeConfig
+from slotune.knobs import QUALITY_KNOBS, RuntimeConfig
 from slotune.loop.protocols import ApplyResult
 from slotune.loop.state import PendingChange
 from slotune.metrics.per_pod import ArmWindows
@@ -58,21 +59,31 @@ def start(backend: object, source: object, pending: PendingChange) -> CanaryStar
     """Try `pending` as a canary; None when it is verified before/after (see the module docstring)."""
     if pending.trim or not isinstance(backend, CanaryBackend) or not isinstance(source, CanarySource):
         return None
+    if pending.previous.changed_knobs(pending.config) & QUALITY_KNOBS:
+        return None  # the quality gate probes through the Service: it would read both arms mixed
     started = backend.start_canary(pending.previous, pending.config)
     return None if started is None else CanaryStarted(started.pod, started.result)
 
 
-def verification(source: object, pending: PendingChange, slo: SLOSpec) -> Verification | None:
-    """The canary's verdict on the window just measured, as the loop's Verification; None when an arm has no
-    requests or series in it (the window is not judged)."""
+@dataclass(frozen=True)
+class Unjudged:
+    """The canary window cannot be judged: `lost` when an arm has no series at all (the canary pod was replaced,
+    say: the canary starts again), else too few requests in an arm (judge the next window)."""
+
+    lost: bool
+    reason: str
+
+
+def verification(source: object, pending: PendingChange, slo: SLOSpec) -> Verification | Unjudged:
+    """The canary's verdict on the window just measured, as the loop's Verification, or why there is none."""
     assert pending.canary_pod is not None and isinstance(source, CanarySource)
     try:
         arms = source.arms(pending.canary_pod)
-    except MetricsUnavailable:
-        return None
+    except MetricsUnavailable as error:
+        return Unjudged(lost=True, reason=error.message)
     verdict = judge(arms.baseline, arms.canary, pending.target_metric, pending.target_percentile, slo)
     if verdict.outcome is CanaryOutcome.TOO_FEW_SAMPLES:
-        return None
+        return Unjudged(lost=False, reason=f"{arms.describe()}: {verdict.reason}")
     test = verdict.targeted
     targeted = MetricChange(f"{pending.target_metric.value}_p{pending.target_percentile}", test.a_ms, test.b_ms,
                             math.nan, math.nan, verdict.promote, verdict.outcome is CanaryOutcome.WORSE,

@@ -378,9 +378,8 @@ class Tuner:
         judged = without_targets(self.problem.slo, out_of_reach) or self.problem.slo  # best effort: what is in reach
         if pending.canary_pod is not None:  # the canary pod against its siblings over this same window
             canary = loop_canary.verification(self.source, pending, judged)
-            if canary is None:
-                return state.evolve(message=f"{pending.change}: an arm of the canary served nothing in the "
-                                    "window; judging the next one"), False
+            if isinstance(canary, loop_canary.Unjudged):
+                return self._unjudged_canary(state, pending, canary), False
         verdict = canary if pending.canary_pod is not None else verify(
             baseline, snapshot, pending.target_metric, pending.target_percentile, judged,
             costs_nothing=costs_nothing(pending.previous, pending.config), earlier_after=state.first_after)
@@ -426,6 +425,17 @@ class Tuner:
                     state.evolve(baseline=None)), False
         # The baseline window still describes the restored config: decide the next change from it right away.
         return self._decide(state.evolve(baseline=None), baseline), False
+
+    def _unjudged_canary(self, state: TuningState, pending: PendingChange,
+                         unjudged: loop_canary.Unjudged) -> TuningState:
+        """Too few requests in an arm: the next window. No series of an arm (the canary pod was replaced): the
+        canary starts again on a ready pod, as an intent the next step applies."""
+        if not unjudged.lost:
+            return state.evolve(message=f"{pending.change}: {unjudged.reason}; judging the next window")
+        self.backend.end_canary()  # type: ignore[attr-defined]
+        return state.evolve(pending=pending.model_copy(update={"applied": False, "canary_pod": None}),
+                            changes_applied=state.changes_applied - 1,
+                            message=f"{pending.change}: canary lost ({unjudged.reason}); starting it again")
 
     @staticmethod
     def _with_quality(verdict: Verification, quality: QualityVerdict | None) -> Verification:

@@ -192,6 +192,10 @@ def markdown(result: dict[str, Any]) -> str:
         "prefill token budget of 32 instead of 256: prompts prefill over two steps), set live by POST /admin/config; "
         "the runtime has no flag for an injected per-step delay. TTFT buckets jump from 100 to 250 ms, so the P99 "
         "test rarely decides on windows this size; the median's test does.", "",
+        "The bound holds when the requests of a window are exchangeable between the arms. Two processes of one "
+        "config on a shared 2-core machine are not always equally fast: an A/A window that is promoted or called "
+        "worse shows the two arms' medians apart by 1.2-1.5x (`canary.json`, per trial), a gap a stall of one "
+        "process makes, not the config.", "",
         "## A load ramp during the window (simulated)", "",
         f"Simulator (slotune.simulator), {WINDOW_S:.0f} s windows, 4 replicas; the canary runs on one of them. "
         "Time to decision: simulated seconds from applying the change to the verdict.", "",
@@ -205,6 +209,11 @@ def markdown(result: dict[str, Any]) -> str:
                      f"{ramp['before_after_right']:.0%} | {ramp['canary_right']:.0%} | "
                      f"{ramp['before_after_time_to_decision_s']:.0f} s | {ramp['canary_time_to_decision_s']:.0f} s |")
     return "\n".join(lines) + "\n"
+
+
+def render(path: Path = RESULTS / "canary.json") -> None:
+    """Rewrite canary.md from canary.json (the text changed, the measurement did not)."""
+    (path.parent / "canary.md").write_text(markdown(json.loads(path.read_text())))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -279,6 +279,19 @@ def benchmarks_block(results: Path) -> str:
                    "each measured side by side in one run.", "", "| what | result | file |", "|---|---|---|", *rows])
 
 
+def canary_summary(canary: Result) -> str:
+    """What bench_canary.py measured: A/A and a slower canary on real runtimes, and the simulated ramps."""
+    a_a, slow = canary["real"]["a_a"], canary["real"]["slowdown"]
+    ramps = [r for r in canary["ramp"] if r["rates_per_s"][0] != r["rates_per_s"][1]]
+    ramp = "; ".join(f"{r['ramp']}: before/after right in {_pct(r['before_after_right'])}, the canary in "
+                     f"{_pct(r['canary_right'])} of {r['trials']}" for r in ramps)
+    return (f"Measured (`bench/results/canary.md`): on two real runtime processes sharing one load, an A/A canary was "
+            f"promoted in {_pct(a_a['rates']['promote'])} of {len(a_a['trials'])} windows (bound "
+            f"{_pct(canary['alpha'])}) and called worse in {_pct(a_a['rates']['worse'])}; a canary "
+            f"x{slow['ttft_p50_ratio']:.2f} slower at TTFT P50 was rolled back as worse in "
+            f"{_pct(slow['rates']['worse'])} of {len(slow['trials'])} windows. Simulated load ramps ({ramp}).")
+
+
 def _block(lines: list[str]) -> str:
     return "\n" + "\n".join(lines) + "\n"
 
@@ -369,6 +382,7 @@ def render_regions(results: Path) -> dict[str, str]:
         "simulator-worst": lambda: simulator_worst(validation),
         "tuner-shortfall": lambda: tuner_shortfall(tuner),
         "real-model": lambda: real_model_block(results),
+        "canary": lambda: canary_summary(load(results, "canary")),
     }
     return {name: render() for name, render in renderers.items()}
 

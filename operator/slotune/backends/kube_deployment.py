@@ -302,7 +302,7 @@ class KubernetesBackend:
                 continue
             posted = self._call_admin(pod, "POST", wanted, token)
             if posted.ok and posted.live is not None and runs(posted.live, wanted):
-                sent.append(name)
+                sent.append(f"{name} (canary: {canary.config.describe()})" if canary and canary.pod == name else name)
             else:
                 refused.append(f"{name}: {posted.status_code or ''} {posted.error}".strip())
         if sent:

@@ -39,6 +39,7 @@ from slotune.snapshot import LatencyMetric
 from slotune.workload import WorkloadSpec
 from tests.e2e.harness.kube import apply, get, install_tunedmodel_crd, scratch_namespace, wait_for, wait_for_progress
 from tests.e2e.harness.kubelet import KubeletStandIn
+from tests.e2e.harness.operator import OperatorProcess
 
 NAME = "canary"
 # Closed loop, 8 requests in flight per pod: at one sequence at a time each request waits for the others' decodes,
@@ -187,3 +188,50 @@ def test_canary_promoted_when_better_rolled_back_alone_when_worse(kube, namespac
         load.stop()
         api.close()
         kubelet.stop()
+
+
+def test_the_operator_verifies_a_live_change_as_a_canary(kube, namespace, prometheus, model_cache, tmp_path) -> None:
+    """The whole operator (its own process): with two replicas, its first change goes to one pod; while it is
+    verified the status names that pod and its config and the pods run exactly that split; the verdict says Canary,
+    and afterwards every pod runs the config the status calls running."""
+    server = prometheus(scrape_interval_s=0.5)
+    kubelet = KubeletStandIn(kube.api_client(), namespace, NAME, server, tmp_path).start()
+    operator = OperatorProcess(kube.kubeconfig, tmp_path / "operator", {
+        "SLOTUNE_PROMETHEUS_URL": server.url, "SLOTUNE_POD_ENDPOINTS_FILE": str(kubelet.endpoints_file)})
+    load = Load(kubelet)
+    manifest = tunedmodel(namespace)
+    manifest["spec"]["tuning"] = {"knobs": ["max_num_seqs"], "bounds": {"maxNumSeqs": {"min": 1, "max": 64}},
+                                  "windowSeconds": 6, "minSamples": 10, "warmupSeconds": 1, "cooldownSeconds": 0,
+                                  "maxIterations": 4, "convergenceWindows": 2}
+
+    def status() -> dict[str, Any]:
+        return (get(kube, "tunedmodel", NAME, namespace) or {}).get("status") or {}
+
+    def describe() -> str:
+        return f"status: {status()}\nkubelet errors: {kubelet.errors}\n{operator.log_tail()}"
+
+    try:
+        operator.start()
+        apply(kube, manifest)
+        wait_for(lambda: len(kubelet.urls()) == 2, 180, "both pods serving", describe=describe)
+        load.start()
+        wait_for(lambda: status().get("canary"), 300, "a canary under verification", describe=describe)
+        during = status()
+        canary_pod, candidate = during["canary"]["pod"], during["canary"]["config"]["maxNumSeqs"]
+        live = seqs(kubelet)
+        assert live[canary_pod] == candidate, (live, during["canary"])
+        assert all(n == during["config"]["maxNumSeqs"] for pod, n in live.items() if pod != canary_pod), live
+        wait_for(lambda: any(h.get("verification") == "Canary" for h in status().get("history", [])), 300,
+                 "a canary verdict", describe=describe)
+        wait_for(lambda: not status().get("canary") and status().get("phase") != "Verifying", 300,
+                 "the canary ended", describe=describe)
+        operator.stop()  # nothing changes after this: the status and the pods can be compared
+        final = status()
+        live = seqs(kubelet)
+    finally:
+        load.stop()
+        operator.stop()
+        kubelet.stop()
+    verdict = next(h for h in final["history"] if h.get("verification") == "Canary")
+    assert verdict["verdict"] in ("Kept", "RolledBack") and "canary verification" in verdict["reason"], verdict
+    assert live == dict.fromkeys(live, final["config"]["maxNumSeqs"]), (live, final["config"])

@@ -10,6 +10,7 @@ import numpy as np
 
 from slotune.api.status import Phase, Verdict, Verification
 from slotune.api.tuning import Knob, TuningSpec
+from slotune.controller.status import Health, status_body
 from slotune.knobs import RuntimeConfig
 from slotune.loop import ApplyResult, MemoryStateStore, Tuner, TuningProblem, TuningState
 from slotune.loop.state import PendingChange
@@ -84,12 +85,16 @@ def test_a_faster_canary_is_promoted_to_every_pod() -> None:
     status = state.to_status()
     assert status.config == OLD and status.canary is not None and (status.canary.pod, status.canary.config) == (
         "p0", NEW)
+    assert status_body(state, Health(ready=True), [], 1)["canary"]["pod"] == "p0"
     state = tuner.step()  # the canary window: promoted
     assert state.pending is None and state.current == NEW
     assert pods.configs == dict.fromkeys(pods.configs, NEW) and pods.canary is None
     (entry,) = state.history
     assert entry.verdict is Verdict.KEPT and entry.detail.startswith("canary verification")
     assert entry.verification is Verification.CANARY and state.to_status().canary is None
+    # The status is merge-patched: a canary that ended is written as null, never left standing.
+    body = status_body(state, Health(ready=True), [], 1)
+    assert "canary" in body and body["canary"] is None
 
 
 def test_a_slower_canary_is_rolled_back_on_the_canary_alone() -> None:

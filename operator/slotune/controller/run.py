@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from slotune.api import TunedModel, TunedModelSpec, TuningMode
 from slotune.backends.kube_api import KubeAPI
+from slotune.backends.kube_canary import CanaryStart
 from slotune.backends.kube_deployment import KubernetesBackend
 from slotune.controller.events import EventRecorder, transition_events
 from slotune.controller.measure import PromQLSource
@@ -146,3 +147,12 @@ class _Timed:
 
     def ready(self) -> bool:
         return self.run.backend.ready()
+
+    def start_canary(self, running: RuntimeConfig, candidate: RuntimeConfig) -> CanaryStart | None:
+        started = self.run.backend.start_canary(running, candidate)
+        if started is not None and started.result.changed:
+            self.run.changed_at_s = self.run._clock()  # the canary window starts after its warm-up too
+        return started
+
+    def end_canary(self) -> None:
+        self.run.backend.end_canary()

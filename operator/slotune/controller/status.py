@@ -153,7 +153,7 @@ def status_body(state: TuningState, health: Health, previous: list[Condition], g
         if entry:
             _round_observed(entry)
     # A merge patch leaves absent keys alone: say explicitly what is gone, so status never shows a stale value.
-    for key in ("observed", "diagnosis", "bestConfig", "sloMet"):
+    for key in ("observed", "diagnosis", "bestConfig", "sloMet", "canary"):
         body.setdefault(key, None)
     return body
 

@@ -214,6 +214,8 @@ def replicas(status: dict[str, Any]) -> int:
     return int(status["config"]["replicas"])
 
 
+# pytest-timeout (900 s for every test) must not cut this test short of its own bound: a cut leaves no report.
+@pytest.mark.timeout(TOTAL_S + 300)
 def test_load_triples_capacity_follows_and_is_shed_when_it_drops(kube, namespace, prometheus, model_cache,
                                                                  tmp_path) -> None:
     started_s = time.monotonic()

@@ -12,14 +12,11 @@ the tuner's side of the same path.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from slotune.api import parse_tunedmodel
@@ -29,7 +26,6 @@ from slotune.backends.kube_deployment import KubernetesBackend
 from slotune.canary import CanaryOutcome, CanaryVerdict, judge
 from slotune.controller.run import deploy
 from slotune.knobs import RuntimeConfig
-from slotune.loadgen.runner import RunPlan, run_workload
 from slotune.loop import ApplyResult
 from slotune.metrics.names import names_for
 from slotune.metrics.per_pod import ArmWindows, arm_windows
@@ -40,6 +36,7 @@ from slotune.snapshot import LatencyMetric
 from slotune.workload import WorkloadSpec
 from tests.e2e.harness.kube import apply, get, install_tunedmodel_crd, scratch_namespace, wait_for, wait_for_progress
 from tests.e2e.harness.kubelet import KubeletStandIn
+from tests.e2e.harness.load import Load, Shape
 from tests.e2e.harness.operator import OperatorProcess
 
 NAME = "canary"
@@ -63,39 +60,6 @@ def tunedmodel(namespace: str) -> dict[str, Any]:
             "tuning": {"mode": "off", "windowSeconds": 5, "minSamples": 10},
         },
     }
-
-
-class Load:
-    """Closed-loop slotune.loadgen over every serving pod (round robin: an even split), in short runs, until stopped."""
-
-    def __init__(self, kubelet: KubeletStandIn) -> None:
-        self.kubelet = kubelet
-        self.spec = WorkloadSpec.model_validate(WORKLOAD)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="load", daemon=True)
-
-    def start(self) -> Load:
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        seed = 0
-        while not self._stop.is_set():
-            urls = tuple(sorted(self.kubelet.urls()))
-            if len(urls) < 2:
-                self._stop.wait(0.5)
-                continue
-            plan = RunPlan(urls=urls, model="tiny", duration_s=6.0, warmup_requests=0, seed=seed, timeout_s=60,
-                           show_progress=False)
-            seed += 1
-            try:
-                asyncio.run(run_workload(self.spec, plan))
-            except httpx.HTTPError:
-                self._stop.wait(0.5)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=90)
 
 
 @pytest.fixture
@@ -123,7 +87,7 @@ def test_canary_promoted_when_better_rolled_back_alone_when_worse(kube, namespac
     settings = OperatorSettings(pod_endpoints_file=kubelet.endpoints_file, rollout_timeout_s=300)
     api = KubeAPI.from_environment(str(kube.kubeconfig))
     selector = Selector(namespace=namespace, deployment=f"{NAME}-runtime", model="tiny")
-    load = Load(kubelet)
+    load = Load(kubelet.urls, WorkloadSpec.model_validate(WORKLOAD), Shape(clients=WORKLOAD["concurrency"]))
 
     def canary_window(pod: str) -> ArmWindows:
         """Both arms over the same window, from when the canary was confirmed running until each arm finished
@@ -199,7 +163,7 @@ def test_the_operator_verifies_a_live_change_as_a_canary(kube, namespace, promet
     kubelet = KubeletStandIn(kube.api_client(), namespace, NAME, server, tmp_path).start()
     operator = OperatorProcess(kube.kubeconfig, tmp_path / "operator", {
         "SLOTUNE_PROMETHEUS_URL": server.url, "SLOTUNE_POD_ENDPOINTS_FILE": str(kubelet.endpoints_file)})
-    load = Load(kubelet)
+    load = Load(kubelet.urls, WorkloadSpec.model_validate(WORKLOAD), Shape(clients=WORKLOAD["concurrency"]))
     manifest = tunedmodel(namespace)
     manifest["spec"]["tuning"] = {"knobs": ["max_num_seqs"], "bounds": {"maxNumSeqs": {"min": 1, "max": 64}},
                                   "windowSeconds": 6, "minSamples": 10, "warmupSeconds": 1, "cooldownSeconds": 0,

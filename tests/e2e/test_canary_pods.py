@@ -26,7 +26,6 @@ from slotune.backends.kube_deployment import KubernetesBackend
 from slotune.canary import CanaryOutcome, CanaryVerdict, judge
 from slotune.controller.run import deploy
 from slotune.knobs import RuntimeConfig
-from slotune.loop import ApplyResult
 from slotune.metrics.names import names_for
 from slotune.metrics.per_pod import ArmWindows, arm_windows
 from slotune.metrics.promql import Selector
@@ -38,6 +37,7 @@ from tests.e2e.harness.kube import apply, get, install_tunedmodel_crd, scratch_n
 from tests.e2e.harness.kubelet import KubeletStandIn
 from tests.e2e.harness.load import Load, Shape
 from tests.e2e.harness.operator import OperatorProcess
+from tests.e2e.harness.pods import seqs, settle
 
 NAME = "canary"
 # Closed loop, 8 requests in flight per pod: at one sequence at a time each request waits for the others' decodes,
@@ -68,17 +68,6 @@ def namespace(kube) -> Iterator[str]:
     install_tunedmodel_crd(kube)
     with scratch_namespace(kube, "canary") as name:
         yield name
-
-
-def settle(call: Any) -> ApplyResult:
-    """Ask as the operator's ticks would until the backend's answer is not 'in progress' (its own deadlines end it)."""
-    while (result := call()).in_progress:
-        time.sleep(0.5)
-    return result
-
-
-def seqs(kubelet: KubeletStandIn) -> dict[str, int]:
-    return {pod: config["max_num_seqs"] for pod, config in kubelet.live_configs().items()}
 
 
 def test_canary_promoted_when_better_rolled_back_alone_when_worse(kube, namespace, prometheus, model_cache,

@@ -10,7 +10,6 @@ kwok's fake nodes.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,10 +20,10 @@ from slotune.backends.kube_api import KubeAPI
 from slotune.backends.kube_deployment import KubernetesBackend
 from slotune.controller.run import deploy
 from slotune.knobs import RuntimeConfig
-from slotune.loop import ApplyResult
 from slotune.settings import OperatorSettings
 from tests.e2e.harness.kube import apply, get, install_tunedmodel_crd, scratch_namespace, wait_for
 from tests.e2e.harness.kubelet import KubeletStandIn
+from tests.e2e.harness.pods import seqs, settle
 
 NAME = "inv"
 
@@ -51,18 +50,6 @@ def namespace(kube) -> Iterator[str]:
         yield name
 
 
-def settle(backend: KubernetesBackend, config: RuntimeConfig) -> ApplyResult:
-    """Ask as the operator's ticks would, until the backend's answer is not 'in progress'. The backend itself ends
-    the wait (done, hopeless, or its own rollout and admin-connect deadlines), so no clock of the test's decides."""
-    while (result := backend.apply(config)).in_progress:
-        time.sleep(0.5)
-    return result
-
-
-def seqs(kubelet: KubeletStandIn) -> dict[str, int]:
-    return {pod: config["max_num_seqs"] for pod, config in kubelet.live_configs().items()}
-
-
 def test_every_ready_pod_runs_what_the_loop_calls_running(kube, namespace, prometheus, model_cache,
                                                            tmp_path) -> None:
     kubelet = KubeletStandIn(kube.api_client(), namespace, NAME, prometheus(), tmp_path).start()
@@ -73,7 +60,7 @@ def test_every_ready_pod_runs_what_the_loop_calls_running(kube, namespace, prome
         return parse_tunedmodel(get(kube, "tunedmodel", NAME, namespace))
 
     def check(backend: KubernetesBackend, config: RuntimeConfig, step: str) -> None:
-        result = settle(backend, config)
+        result = settle(lambda: backend.apply(config))
         assert result.ok, f"{step}: {result.reason}\nkubelet errors: {kubelet.errors}"
         wait_for(lambda: len(seqs(kubelet)) == config.replicas, 120, f"{step}: every pod serving",
                  describe=lambda: f"{kubelet.errors}")

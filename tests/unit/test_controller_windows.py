@@ -233,3 +233,65 @@ def test_a_window_read_long_after_its_end_is_read_once() -> None:
     assert windows.readings(old, NAMES, "a-runtime")[("a-runtime", "m")].num_requests == 7
     assert calls == [old.end_s] and windows.reads == 1
     windows.close()
+
+
+def _source(windows: SharedWindows, now: list[float], window_s: float = 60.0) -> PromQLSource:
+    manifest = yaml.safe_load(BASE.read_text())
+    manifest["metadata"] |= {"namespace": "team-a", "generation": 1}
+    manifest["spec"].setdefault("tuning", {})["windowSeconds"] = window_s
+    return PromQLSource(parse_tunedmodel(manifest), OperatorSettings(tick_s=2.0, prometheus_url="http://p:9090"),
+                        lambda: 0.0, windows, clock=lambda: now[0])
+
+
+def test_a_source_that_fell_behind_reads_the_latest_window_that_ended_not_every_one_it_missed() -> None:
+    """Created in a burst, its first tick ten windows late: one read, of a window that ended and started no earlier
+    than two windows ago (reading each missed window in turn was 223 grouped reads a window where 15 were due)."""
+    now, ends = [1000.0], []
+
+    def read(url, names, namespace, window_s, end_s, deployments=None):
+        ends.append(end_s)
+        return {}
+
+    windows = SharedWindows(read, clock=lambda: now[0], monotonic=lambda: now[0])
+    source = _source(windows, now)
+    now[0] += 10 * 60.0 + 7.0
+    with pytest.raises(MetricsUnavailable):  # no series of it in this Prometheus: the window was read all the same
+        source.measure(60.0)
+    assert len(ends) == 1 and now[0] - 2 * 60.0 <= ends[0] - 60.0 and ends[0] <= now[0]
+    now[0] += 0.5  # the next tick: the window after it follows on, and is still open
+    with pytest.raises(WindowOpen) as open_window:
+        source.measure(60.0)
+    assert open_window.value.ends_at_s == ends[0] + 60.0 and len(ends) == 1
+    windows.close()
+
+
+def test_a_late_window_whose_read_is_slow_stays_the_window_read_while_the_clock_moves_on() -> None:
+    """The late window is chosen from the clock; its read outlasting several ticks must not move the source on to a
+    window chosen from a later clock (each tick would start another read and none would be waited for)."""
+    now, release, ends = [1000.0], threading.Event(), []
+
+    def read(url, names, namespace, window_s, end_s, deployments=None):
+        ends.append(end_s)
+        release.wait(10)
+        return {}
+
+    windows = SharedWindows(read, clock=lambda: now[0], patience_s=0.0, monotonic=lambda: now[0])
+    source = _source(windows, now, window_s=5.0)  # a small namespace: the grid is a tick, finer than the window
+    now[0] += 100.0
+    for _ in range(10):
+        with pytest.raises(WindowOpen):
+            source.measure(5.0)
+        now[0] += 2.0
+    release.set()
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            source.measure(5.0)
+        except WindowOpen:
+            assert time.monotonic() < deadline, "the read never answered"
+            time.sleep(0.01)
+            continue
+        except MetricsUnavailable:
+            break
+    assert len(ends) == 1 and windows.reads == 1
+    windows.close()

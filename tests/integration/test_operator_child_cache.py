@@ -28,7 +28,8 @@ def namespace(kube) -> Iterator[str]:
 
 
 def requests_sent() -> float:
-    return sum(API_REQUESTS.labels(method)._value.get() for method in ("GET", "POST", "PATCH", "PUT", "DELETE"))
+    return sum(sample.value for metric in API_REQUESTS.collect() for sample in metric.samples
+               if sample.name.endswith("_total"))
 
 
 def until(check: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
@@ -133,4 +134,25 @@ def test_the_same_status_is_written_once_and_a_change_is_written(kube, namespace
         assert requests_sent() == before + 1
         assert get(kube, "tunedmodel", "quiet", namespace)["status"]["message"] == "measuring something new"
     finally:
+        api.close()
+
+
+def test_a_stopped_watch_ends_at_once_and_closes_its_own_connection(kube, namespace) -> None:
+    """stop() used to close the client under a watch blocked reading: its file descriptor went to the next connection
+    opened while the old reader was still in recv, and that reader's next recv took the new connection's TLS records
+    (DECRYPTION_FAILED_OR_BAD_RECORD_MAC in this file, once). Now the blocked read is woken through its socket and
+    the watch thread, the connection's only user, closes it; the thread ends at once, not at the watch's timeout."""
+    api = KubeAPI.from_environment(str(kube.kubeconfig))
+    cache = ChildCache(api.credentials, (namespace,)).start()  # watches of 300 s: blocked reading until stopped
+    try:
+        assert cache.wait_synced(120)
+        watching = list(cache._caches)
+        until(lambda: all(c._reading is not None for c in watching), "every watch reading")
+        assert cache.stop(timeout_s=30), "a watch thread outlived stop()"
+        assert all(not c._thread.is_alive() for c in watching)
+        # New connections (which would take the freed descriptors) work, and nothing reads them but their owner.
+        for _ in range(20):
+            assert api.get(f"/api/v1/namespaces/{namespace}") is not None
+    finally:
+        cache.stop()
         api.close()

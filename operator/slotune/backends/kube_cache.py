@@ -11,15 +11,25 @@ newer version, so a tick right after an apply sees the new generation, not the r
 is resumed from its last resourceVersion; one that breaks or expires (410 Gone) lists again, and the objects the
 list returns replace the store, except those written since with a newer version. Until the first list answered
 (`synced`), reads go to the API server (`KubeAPI.read`).
+
+A connection is only ever used, and closed, by the thread that owns it. `stop` wakes a watch blocked reading by
+shutting its socket down (the reader sees the end of the stream and closes its own client), never by closing the
+client under it: a socket closed by another thread frees its file descriptor while the reader is still in recv, the
+number goes to the next connection opened (the next test's client, a new cache), and the old reader's next recv takes
+that connection's TLS records. Its owner then fails with DECRYPTION_FAILED_OR_BAD_RECORD_MAC (seen once in
+tests/integration/test_operator_child_cache.py). The SSLContext shared by every client is not the cause: wrapping
+sockets from one context is thread-safe; an SSL socket read by two threads is not.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
+import socket
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import httpx
@@ -60,6 +70,7 @@ class KindCache:
         self._stop = threading.Event()
         self._http = httpx.Client(base_url=credentials.host, verify=credentials.tls,
                                   timeout=httpx.Timeout(10.0, read=watch_s + 30.0))
+        self._reading: socket.socket | None = None  # the socket a watch reads now (woken by `stop`)
         self._thread = threading.Thread(target=self._run, name=f"slotune-watch-{kind.lower()}", daemon=True)
         self.relists = 0
         self.watches = 0  # watches started (each resumes from the last version seen)
@@ -68,9 +79,20 @@ class KindCache:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 0.0) -> bool:
+        """Stop watching: a watch blocked reading sees its stream end, and the watch thread closes its client.
+        Waits up to `timeout_s` for that thread; returns whether it ended."""
         self._stop.set()
-        self._http.close()  # ends a watch blocked reading
+        with self._lock:
+            if self._reading is not None:
+                with contextlib.suppress(OSError):  # the plain socket's shutdown: the SSL state stays the reader's
+                    socket.socket.shutdown(self._reading, socket.SHUT_RDWR)
+        if not self._thread.is_alive():
+            if self._thread.ident is None:  # never started: nobody else uses the client
+                self._http.close()
+            return True
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
 
     @property
     def synced(self) -> bool:
@@ -108,17 +130,20 @@ class KindCache:
         return sent
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                version = self._list()
-                while version is not None and not self._stop.is_set():
-                    version = self._watch(version)
-            except Exception as error:  # the API server restarting, a dropped connection: list again
-                if self._stop.is_set():
-                    return
-                log.warning("watch of %s broke, listing again: %s: %s", self.kind, type(error).__name__, error)
-            self.relists += 1
-            self._stop.wait(RETRY_S)
+        try:
+            while not self._stop.is_set():
+                try:
+                    version = self._list()
+                    while version is not None and not self._stop.is_set():
+                        version = self._watch(version)
+                except Exception as error:  # the API server restarting, a dropped connection: list again
+                    if self._stop.is_set():
+                        return
+                    log.warning("watch of %s broke, listing again: %s: %s", self.kind, type(error).__name__, error)
+                self.relists += 1
+                self._stop.wait(RETRY_S)
+        finally:
+            self._http.close()  # on this thread, the only one that used it
 
     def _list(self) -> str:
         response = self._http.get(self._path(), params={"labelSelector": self._selector}, headers=self._headers())
@@ -144,24 +169,42 @@ class KindCache:
             if response.status_code == 410:
                 return None
             response.raise_for_status()
-            for line in response.iter_lines():
-                if not line:
-                    continue
-                event = json.loads(line)
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":  # 410 Gone: the version is too old to resume from
-                    return None
-                version = obj.get("metadata", {}).get("resourceVersion", version)
-                if kind == "BOOKMARK":
-                    continue
-                with self._lock:
-                    held = self._objects.get(_key(obj))
-                    if held is not None and _version(obj) < _version(held):
-                        continue  # slotune wrote it again since (a Secret re-created after a delete)
-                    if kind == "DELETED":
-                        self._objects.pop(_key(obj), None)
-                    else:
-                        self._objects[_key(obj)] = obj
+            with self._held(response) as live:
+                return self._follow(response, version) if live else None
+
+    @contextlib.contextmanager
+    def _held(self, response: httpx.Response) -> Iterator[bool]:
+        """While the watch reads `response`, `stop` can wake it through its socket (and no longer once it is
+        done: the connection goes back to the pool, or is closed, by this thread). Yields whether to read at all:
+        a stop just before the socket was known would wake nothing."""
+        stream = response.extensions.get("network_stream")
+        with self._lock:
+            self._reading = stream.get_extra_info("socket") if stream is not None else None
+        try:
+            yield not self._stop.is_set()
+        finally:
+            with self._lock:
+                self._reading = None
+
+    def _follow(self, response: httpx.Response, version: str) -> str | None:
+        for line in response.iter_lines():
+            if not line:
+                continue
+            event = json.loads(line)
+            kind, obj = event.get("type"), event.get("object") or {}
+            if kind == "ERROR":  # 410 Gone: the version is too old to resume from
+                return None
+            version = obj.get("metadata", {}).get("resourceVersion", version)
+            if kind == "BOOKMARK":
+                continue
+            with self._lock:
+                held = self._objects.get(_key(obj))
+                if held is not None and _version(obj) < _version(held):
+                    continue  # slotune wrote it again since (a Secret re-created after a delete)
+                if kind == "DELETED":
+                    self._objects.pop(_key(obj), None)
+                else:
+                    self._objects[_key(obj)] = obj
         return version
 
 
@@ -179,9 +222,11 @@ class ChildCache:
             cache.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 0.0) -> bool:
+        """Stop every watch; with `timeout_s`, wait that long in all for their threads; whether all ended."""
         for cache in self._caches:
             cache.stop()
+        return all(cache.stop(timeout_s / len(self._caches)) for cache in self._caches)
 
     def wait_synced(self, timeout_s: float) -> bool:
         return all(cache.wait_synced(timeout_s) for cache in self._caches)

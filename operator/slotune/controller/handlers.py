@@ -40,6 +40,7 @@ MAX_BACKOFF_S = 60.0
 DEPLOY_WORKERS = 8
 FIRST_TICK_PATIENCE_S = 60.0  # a new daemon's first tick waits at most this long for queued children
 WINDOW_PATIENCE_S = 0.1  # a tick waits this long for its window's read in flight, then frees its worker
+CLOSE_WAIT_S = 3.0  # on shutdown, how long the workers' calls in flight may finish before the operator exits
 T = TypeVar("T")
 
 
@@ -88,11 +89,19 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
-    memo.pool.shutdown(wait=False, cancel_futures=True)
-    memo.deploys.shutdown(wait=False, cancel_futures=True)
     memo.windows.close()
     if memo.api.children is not None:
-        memo.api.children.stop()
+        memo.api.children.stop()  # each watch thread closes its own connection
+    # The API client is closed only once no worker uses it: a connection closed under a request in flight frees its
+    # socket's descriptor while that worker still reads it (kube_cache.py says what that does). Workers run short
+    # calls; one stuck past CLOSE_WAIT_S leaves the client to the process's exit.
+    drained = asyncio.gather(*(asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
+                               for pool in (memo.pool, memo.deploys)))
+    try:
+        await asyncio.wait_for(drained, CLOSE_WAIT_S)
+    except TimeoutError:
+        log.warning("workers still busy %.0f s after shutdown began; the API client is left to the exit", CLOSE_WAIT_S)
+        return
     memo.api.close()
 
 

@@ -21,7 +21,10 @@ if TYPE_CHECKING:
     from slotune.backends.kube_cache import ChildCache
 
 FIELD_MANAGER = "slotune"
-API_REQUESTS = Counter("slotune_operator_api_requests", "Requests slotune's own code sent the API server", ["method"])
+# By method and resource (subresource after a slash: "tunedmodels/status", "pods/proxy"): what each request is for
+# tells a create's waste from its need (bench/bench_operator_scale.py, tests/integration/test_operator_requests.py).
+API_REQUESTS = Counter("slotune_operator_api_requests", "Requests slotune's own code sent the API server",
+                       ["method", "resource"])
 
 # kind -> (API path prefix, plural): the kinds slotune reads or writes.
 _KINDS = {
@@ -50,6 +53,18 @@ def object_path(kind: str, namespace: str, name: str | None = None) -> str:
 def manifest_path(manifest: dict[str, Any]) -> str:
     meta = manifest["metadata"]
     return object_path(manifest["kind"], meta["namespace"], meta["name"])
+
+
+def resource_of(path: str) -> str:
+    """The resource a request path names: "deployments" of /apis/apps/v1/namespaces/a/deployments/b, with its
+    subresource ("tunedmodels/status"); a group's discovery path names its group/version ("apps/v1")."""
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    rest = parts[3:] if parts[:1] == ["apis"] else parts[2:]  # after /apis/group/version or /api/v1
+    if not rest:
+        return "/".join(parts[1:3])
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        rest = rest[2:]
+    return f"{rest[0]}/{rest[2]}" if len(rest) > 2 else rest[0]
 
 
 @dataclass(frozen=True)
@@ -122,7 +137,7 @@ class KubeAPI:
         sent = {"Content-Type": content_type, "Accept": "application/json"} | (headers or {})
         if (authorization := self.credentials.authorization()) is not None:
             sent["Authorization"] = authorization
-        API_REQUESTS.labels(method).inc()
+        API_REQUESTS.labels(method, resource_of(path)).inc()
         return self._http.request(method, path, json=body, params=params, headers=sent)
 
     def _checked(self, response: httpx.Response) -> dict[str, Any]:

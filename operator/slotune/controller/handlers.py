@@ -172,7 +172,9 @@ async def tune(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **
             try:
                 tm = parse(body)  # the daemon's body follows the live object
                 if run is None or run.generation != tm.metadata.generation:
-                    run = await blocking(memo, TuningRun, memo.api, tm, settings, memo.windows)
+                    # The status as kopf's watch holds it: the run's first reads cost no GET.
+                    status = _plain(body.get("status") or {})
+                    run = await blocking(memo, TuningRun, memo.api, tm, settings, memo.windows, time.time, status)
                 delay = await blocking(memo, _tick, run, scheduled)
                 failures = 0
             except kopf.PermanentError as error:  # an invalid spec: nothing to tune until it is edited

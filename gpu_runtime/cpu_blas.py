@@ -1,0 +1,109 @@
+"""fp32 CPU linear layers through numpy's OpenBLAS instead of torch's MKL, above all the batch-1 decode GEMVs.
+
+A batch-1 decode step is ~120 matrix-vector products whose weights stream from memory once each; their speed is
+how close the kernel gets to the memory bandwidth. On this project's AMD EPYC cores (Zen 5, AVX-512) MKL, which
+PyTorch's CPU build uses, streams SmolLM2's 538 MB of column-major fp32 weights at ~18 GB/s on one thread; the
+OpenBLAS that numpy's wheels bundle (runtime-dispatched Zen/SkylakeX kernels) streams the same arrays at ~23 GB/s,
+against a read-only sum at ~33 GB/s (bench/bench_real_model.py measures the engine both ways, side by side).
+OpenBLAS was ahead at every row count measured over SmolLM2's shapes (thread CPU time, one thread, huge pages,
+load average ~6): 1 row 23.8 vs 30.2 ms, 8 rows 60 vs 78, 64 rows 204 vs 268, 256 rows (a prefill chunk) 711 vs
+859. MKL dispatches by CPU vendor; on Intel cores the gap may be nil, and the benchmark reports it per machine.
+
+The product reads the weight's [in, out] storage (gpu_runtime.cpu_layout) as a numpy view, no copy: x @ W^T with W^T
+row-major is `sgemv` (one row) or `sgemm` over the same bytes. Results differ from MKL's only in summation order
+(fp32 rounding).
+
+Used only where it is safe and measured: a CPU fp32 input, a column-major weight, no autograd, and one torch thread
+(the runtime's default, one per process; with more, torch's threaded kernel runs). OpenBLAS is pinned to one thread
+when the path is enabled: its own worker threads spin, and two of them on a shared 2-core machine ran the weights
+10x slower. Where the OpenBLAS thread setter cannot be found (numpy built on another BLAS, not Linux), the path
+stays off and torch's kernel runs, unchanged. CUDA, bf16 and the int8 layers that replace the module never get here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ENV_SWITCH = "GPU_RUNTIME_NUMPY_BLAS"  # "0" turns the path off for the process
+# Symbol spellings of OpenBLAS's thread functions: numpy's wheels (scipy-openblas, 64-bit ints) and plain builds.
+_NAMES = (("scipy_openblas_", "64_"), ("scipy_openblas_", ""), ("openblas_", "64_"), ("openblas_", ""))
+
+
+_state = {"enabled": os.environ.get(ENV_SWITCH, "1") != "0"}
+
+
+def set_enabled(enabled: bool) -> bool:
+    """Turn the path on or off for the process (the benchmark times torch's kernel side by side); returns the
+    previous setting."""
+    previous, _state["enabled"] = _state["enabled"], enabled
+    return previous
+
+
+def numpy_blas_ready() -> bool:
+    return _state["enabled"] and _openblas_pinned()
+
+
+@functools.cache
+def _openblas_pinned() -> bool:
+    """True once numpy's OpenBLAS is found and pinned to one thread (done once per process)."""
+    lib = _openblas()
+    if lib is None:
+        return False
+    setter = next(getattr(lib, f"{prefix}set_num_threads{suffix}") for prefix, suffix in _NAMES
+                  if hasattr(lib, f"{prefix}set_num_threads{suffix}"))
+    setter.argtypes = [ctypes.c_int]
+    setter(1)
+    return True
+
+
+def openblas_threads() -> int | None:
+    """OpenBLAS's thread count in this process, None where numpy's OpenBLAS is not found."""
+    lib = _openblas()
+    if lib is None:
+        return None
+    getter = next((getattr(lib, f"{prefix}get_num_threads{suffix}") for prefix, suffix in _NAMES
+                   if hasattr(lib, f"{prefix}get_num_threads{suffix}")), None)
+    return None if getter is None else int(getter())
+
+
+@functools.cache
+def _openblas() -> ctypes.CDLL | None:
+    """The OpenBLAS that numpy loaded, found as threadpoolctl finds it (by the process' mapped libraries), if it has
+    a known thread setter; None where there is none (numpy on another BLAS, no /proc)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "openblas" in line.lower() and "/" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        if any(hasattr(lib, f"{prefix}set_num_threads{suffix}") for prefix, suffix in _NAMES):
+            return lib
+    return None
+
+
+class BlasLinear(nn.Linear):
+    """nn.Linear whose CPU fp32 products run through numpy's OpenBLAS (see the module docstring). Same parameters,
+    state dict and isinstance as nn.Linear: gpu_runtime.cpu_layout swaps the class in place."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight_t = self.weight.t()
+        if (x.dtype == torch.float32 and x.device.type == "cpu" and x.numel() and weight_t.is_contiguous()
+                and weight_t.dtype == torch.float32 and not torch.is_grad_enabled()
+                and torch.get_num_threads() == 1 and numpy_blas_ready()):
+            rows = x.detach().reshape(-1, self.in_features).contiguous().numpy()
+            vector = rows.shape[0] == 1  # one row: a GEMV (sgemv), the decode step's case
+            out = np.matmul(rows[0] if vector else rows, weight_t.detach().numpy())
+            y = torch.from_numpy(out).view(*x.shape[:-1], self.out_features)
+            return y if self.bias is None else y + self.bias
+        return F.linear(x, self.weight, self.bias)

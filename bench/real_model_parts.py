@@ -22,6 +22,7 @@ from torch import nn
 from bench import llama_cpp_peer
 from bench.real_model_report import markdown
 from bench.real_model_streams import stream_throughput
+from gpu_runtime import cpu_blas
 from gpu_runtime.cpu_layout import use_decode_layout
 from gpu_runtime.engine import LLMEngine, SamplingParams
 from gpu_runtime.quant.apply import weight_bytes
@@ -112,6 +113,16 @@ def engine_decode_times(engine: Any, prompt: list[int], max_tokens: int) -> tupl
             steps.append(elapsed)
             cpu.append(cpu_elapsed)
     return statistics.median(steps) * 1e3, statistics.median(cpu) * 1e3
+
+
+@contextmanager
+def torch_gemv() -> Iterator[None]:
+    """Batch-1 products through torch's own kernel (MKL), as before gpu_runtime.cpu_blas, then restored."""
+    previous = cpu_blas.set_enabled(False)
+    try:
+        yield
+    finally:
+        cpu_blas.set_enabled(previous)
 
 
 @contextmanager
@@ -274,4 +285,16 @@ def machine(loads: tuple[tuple[float, ...], tuple[float, ...]], threads: int) ->
     model = next((ln.split(":", 1)[1].strip() for ln in lscpu.splitlines() if ln.startswith("Model name")), "unknown")
     return {"cpu_model": model, "cores": os.cpu_count(), "torch": torch.__version__, "torch_threads": threads,
             "python": platform.python_version(), "load_average_start": [round(v, 2) for v in loads[0]],
-            "load_average_end": [round(v, 2) for v in loads[1]]}
+            "load_average_end": [round(v, 2) for v in loads[1]], "numpy_blas": cpu_blas.numpy_blas_ready(),
+            "huge_pages": {"THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE"),
+                           "anon_huge_page_bytes": _anon_huge_page_bytes()}}
+
+
+def _anon_huge_page_bytes() -> int | None:
+    """This process' memory in transparent huge pages: what the kernel granted, not what was asked."""
+    try:
+        with open("/proc/self/smaps_rollup") as rollup:
+            line = next(ln for ln in rollup if ln.startswith("AnonHugePages:"))
+    except (OSError, StopIteration):
+        return None
+    return int(line.split()[1]) * 1024

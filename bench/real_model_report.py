@@ -48,6 +48,18 @@ def markdown(r: dict[str, Any]) -> str:
         f"gpu_runtime/cpu_layout.py), median of the rounds' paired ratios: {r['engine_speedup_over_row_major']:.2f}x "
         f"({', '.join(f'{v:.2f}' for v in r['engine_speedup_over_row_major_rounds'])}).",
     ]
+    if "gemv" in r:
+        g = r["gemv"]
+        lines += [
+            "",
+            f"GEMV kernel, side by side in every round: {g['what']}. The engine is **{g['engine_speedup']:.2f}x** "
+            f"faster with numpy's (median of the rounds' paired ratios "
+            f"{', '.join(f'{v:.2f}' for v in g['engine_speedup_rounds'])}; by CPU time "
+            f"{r['cpu_time']['gemv_speedup']:.2f}x); with MKL it runs at {g['mkl_fraction_of_bound']:.0%} of the "
+            f"bound. Huge pages: THP_MEM_ALLOC_ENABLE={m['huge_pages']['THP_MEM_ALLOC_ENABLE']}, "
+            f"{(m['huge_pages']['anon_huge_page_bytes'] or 0) / 2**20:.0f} MiB of the process in huge pages "
+            "(weights and the copy bound's buffers alike).",
+        ]
     if "before" in r:
         b, c = r["before"], r["cpu_time"]
         lines += [
@@ -63,8 +75,10 @@ def markdown(r: dict[str, Any]) -> str:
             f"{c['bound_ms_per_token']:.1f} ms/token; engine {c['engine_ms_per_token']:.1f} ms/token = "
             f"**{c['engine_fraction_of_bound']:.0%}** of the bound (rounds "
             f"{', '.join(f'{v:.0%}' for v in c['engine_fraction_of_bound_rounds'])}), before "
-            f"{c['before_ms_per_token']:.1f} ms/token = {c['before_fraction_of_bound']:.0%}; after / before "
-            f"{c['speedup_over_before']:.2f}x.",
+            f"{c['before_ms_per_token']:.1f} ms/token = {c['before_fraction_of_bound']:.0%}"
+            + (f", the engine on MKL {c['mkl_ms_per_token']:.1f} ms/token = {c['mkl_fraction_of_bound']:.0%}; op cuts "
+               f"alone (before / the engine on MKL, median of the paired ratios) {c['speedup_over_before']:.2f}x."
+               if "mkl_ms_per_token" in c else f"; after / before {c['speedup_over_before']:.2f}x."),
         ]
     peer = r["llama_cpp"]
     if peer["available"] and r["engine_speedup_over_llama_cpp"] is not None:

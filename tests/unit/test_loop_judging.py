@@ -108,7 +108,9 @@ def test_infeasible_re_opens_when_the_measured_load_changes():
     world.workload = WorkloadSpec(profile=Profile.CHAT, request_rate_per_s=2)
     state = tuner.step()
     assert state.phase is Phase.MEASURING and "re-opened" in state.message and "request rate" in state.message
-    assert tuner.run(max_windows=16).slo_met  # tuning again, on the lighter load
+    # Tuning again, on the lighter load, to rest on a config that meets it (the last window judged may be a trim's
+    # that broke the SLO and was rolled back: the next window measures the config it rests on).
+    assert tuner.run(max_windows=16).phase is Phase.CONVERGED and tuner.step().slo_met
 
 
 def test_infeasible_re_opens_on_a_spec_change():

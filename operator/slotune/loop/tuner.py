@@ -45,10 +45,12 @@ from slotune.policy import (
     PolicyInput,
     Proposal,
     costs_nothing,
+    describe_change,
     move_key,
     propose,
     propose_headroom,
     propose_trim,
+    squeeze_verdict,
 )
 from slotune.policy.best_effort import without_targets
 from slotune.quality.gate import QualityProbe, QualityVerdict
@@ -134,7 +136,7 @@ class Tuner:
                              observed=observed(self.problem.slo, snapshot),
                              slo_met=self.problem.slo.is_met(snapshot),
                              speed_ratios=self._speed_ratios(state, snapshot),
-                             spec_acceptance=window_acceptance(snapshot, state.running, state.spec_acceptance))
+                             spec_acceptance=self._measured_acceptance(state, snapshot))
         if self.problem.tuning.mode is TuningMode.OFF:
             return self._save(state.evolve(phase=Phase.MEASURING, message="tuning off: reporting only"))
         state = self._watch_load(state, snapshot)
@@ -423,6 +425,22 @@ class Tuner:
             first_miss = pending.knob is Knob.REPLICAS and moves.count(moves[-1]) == 1
             return (self._headroom(state, pending.config, snapshot) if first_miss else
                     state.evolve(baseline=None)), False
+        # The rolled-back window measured its own config: at the roomiest one it may say nothing allowed can meet
+        # the SLO (policy.squeeze_verdict), which the restored baseline's window cannot.
+        if state.phase is not Phase.INFEASIBLE:
+            given = replace(self._policy_input(state, snapshot), config=pending.config)
+            diagnosis = self._diagnose(state, pending.config, snapshot)
+            squeeze = squeeze_verdict(diagnosis, given)
+            if isinstance(squeeze, Infeasible):
+                report = InfeasibleReport(closest=squeeze.closest, reason=squeeze.reason, needs=squeeze.needs)
+                return self._give_up(state.evolve(baseline=None), report,
+                                     diagnosis.report("; ".join(squeeze.needs)), snapshot), False
+            if squeeze is not None and state.changes_applied < self.problem.tuning.max_iterations:
+                proposal = replace(squeeze, change=describe_change(state.current, squeeze.config, squeeze.knob))
+                intent = state.evolve(pending=_pending(proposal, state.current), baseline=baseline,
+                                      diagnosis=diagnosis.report(proposal.change),
+                                      message=f"trying {proposal.change}: {proposal.reason}")
+                return self._apply_pending(self._save(intent)), False
         # The baseline window still describes the restored config: decide the next change from it right away.
         return self._decide(state.evolve(baseline=None), baseline), False
 
@@ -532,6 +550,14 @@ class Tuner:
         speed = (f"steps take x{statistics.median(state.speed_ratios):.2f} the profile's time (median of "
                  f"{len(state.speed_ratios)} window(s)); floors and sizes use the measured speed")
         return replace(diagnosis, evidence=(*diagnosis.evidence, speed))
+
+    @staticmethod
+    def _measured_acceptance(state: TuningState, snapshot: MetricsSnapshot) -> float | None:
+        """The workload's per-token draft acceptance once a window that speculated measured it; None before (the
+        prior is not a measurement: the policy tells the two apart, e.g. before declaring drafts no help)."""
+        if state.running.speculative is None or snapshot.spec_acceptance_rate is None:
+            return state.spec_acceptance
+        return window_acceptance(snapshot, state.running, state.spec_acceptance)
 
     def _deployment(self, state: TuningState) -> Deployment:
         """The deployment as measured: its profile, slowed or sped up by the recent windows' median step-time

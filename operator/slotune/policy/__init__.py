@@ -23,10 +23,17 @@ from dataclasses import replace
 from slotune.api.tuning import Knob
 from slotune.diagnosis import Diagnosis, diagnose
 from slotune.knobs import RuntimeConfig
-from slotune.policy.best_effort import capacity_steps, far_overload, overload_needs, roomiest, without_targets
+from slotune.policy.best_effort import (
+    capacity_steps,
+    far_overload,
+    overload_needs,
+    roomiest,
+    squeezed,
+    without_targets,
+)
 from slotune.policy.infeasible import infeasible
 from slotune.policy.inputs import Infeasible, PolicyInput, Proposal, Remedy, kv_room
-from slotune.policy.moves import budget_cap, enable_prefix_cache, quantize
+from slotune.policy.moves import budget_cap, enable_prefix_cache, quantize, speculate
 from slotune.policy.remedies import percentile_of, remedies_for
 from slotune.policy.sizing import (
     MAX_MOVE_ATTEMPTS,
@@ -37,11 +44,13 @@ from slotune.policy.sizing import (
     move_key,
     replicas_for_load,
 )
+from slotune.snapshot import LatencyMetric
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MAX_MOVE_ATTEMPTS", "Infeasible", "PolicyInput", "Proposal", "costs_nothing", "infeasible_evidence",
-           "move_key", "propose", "propose_headroom", "propose_trim", "weigh_knobs"]
+__all__ = ["MAX_MOVE_ATTEMPTS", "Infeasible", "PolicyInput", "Proposal", "costs_nothing", "describe_change",
+           "infeasible_evidence",
+           "move_key", "propose", "propose_headroom", "propose_trim", "squeeze_verdict", "weigh_knobs"]
 
 
 def propose(diagnosis: Diagnosis, given: PolicyInput) -> Proposal | Infeasible:
@@ -58,6 +67,9 @@ def propose(diagnosis: Diagnosis, given: PolicyInput) -> Proposal | Infeasible:
                  *(n for n in found.needs if "replicas (maxReplicas" not in n))
         return replace(found, reason=reason, needs=needs,
                        best_effort=_first(capacity_steps(given), diagnosis, given))
+    squeeze = squeeze_verdict(diagnosis, given)
+    if squeeze is not None:
+        return squeeze
     proposal = _first(_remedies(diagnosis, given), diagnosis, given)
     if proposal is not None:
         return proposal
@@ -66,16 +78,41 @@ def propose(diagnosis: Diagnosis, given: PolicyInput) -> Proposal | Infeasible:
 
 def infeasible_evidence(diagnosis: Diagnosis, given: PolicyInput) -> str | None:
     """What in this window alone says no allowed config can meet the SLO: a target below every allowed config's
-    floor, or a load the capacity model puts far beyond maxReplicas (before the verifying window at every allowed
-    replica that `propose` waits for). None when the window says no such thing. How soon a caller declares
-    Infeasible after such a window is the measure of an early verdict."""
+    floor, a load the capacity model puts far beyond maxReplicas (before the verifying window at every allowed
+    replica that `propose` waits for), or both latencies missed well at the roomiest config (`squeezed`). None when
+    the window says no such thing. How soon a caller declares Infeasible after such a window is the measure of an
+    early verdict."""
     if diagnosis.primary is None:
         return None
     diagnosis = weigh_knobs(diagnosis, given)
     if diagnosis.out_of_reach:
         return f"{', '.join(diagnosis.out_of_reach)} below every allowed config's floor"
     needed = overload_needs(diagnosis, given)
-    return None if needed is None else f"the load needs about {needed} replicas (maxReplicas {max_replicas(given)})"
+    if needed is not None:
+        return f"the load needs about {needed} replicas (maxReplicas {max_replicas(given)})"
+    return squeezed(diagnosis, given)
+
+
+def squeeze_verdict(diagnosis: Diagnosis, given: PolicyInput) -> Infeasible | Proposal | None:
+    """From a window measured at the roomiest config (`squeezed`), whether or not that config is kept (a change to
+    it that is rolled back, as it broke the target the baseline met, still measured what the most capacity allowed
+    does): Infeasible; or, where only drafted tokens are left that might still move TPOT without TTFT, that config
+    with speculation, the one change left to measure first. None when the window says neither."""
+    if diagnosis.primary is None:
+        return None
+    diagnosis = weigh_knobs(diagnosis, given)
+    squeeze = squeezed(diagnosis, given)
+    if squeeze is not None:
+        return replace(infeasible(diagnosis, given), reason=squeeze)
+    if squeezed(diagnosis, given, drafts_tried=False) is None:
+        return None
+    drafts = speculate(given, given.snapshot.num_running_mean or 1.0)
+    if drafts is None or not admissible(drafts.config, drafts.knob, given):
+        return None
+    return Proposal(drafts.config, drafts.knob, describe_change(given.config, drafts.config, drafts.knob),
+                    f"both latencies miss at the roomiest config; drafted tokens are the one knob left that may "
+                    f"shorten decode steps without slowing prefill: {drafts.why}", LatencyMetric.TPOT,
+                    percentile_of(given.slo, LatencyMetric.TPOT, 99))
 
 
 def _remedies(diagnosis: Diagnosis, given: PolicyInput) -> list[Remedy]:

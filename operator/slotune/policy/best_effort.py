@@ -1,11 +1,13 @@
 """When a target is out of reach: how to tell early, and what is still worth improving.
 
-Two kinds of evidence end the search early: a target below every allowed config's floor (`Diagnosis.out_of_reach`),
-and a load far beyond what the allowed replicas can carry even at the roomiest allowed config (the capacity model on
+Three kinds of evidence end the search early: a target below every allowed config's floor (`Diagnosis.out_of_reach`);
+a load far beyond what the allowed replicas can carry even at the roomiest allowed config (the capacity model on
 the window's measured load; FAR_BEYOND leaves room for the model's error, so a load it puts within reach is still
-tried). Infeasible is declared then, and the other targets are still worth meeting: best effort is the policy's
-proposal against the SLO without the unreachable targets, or, for an overload, the step toward the most capacity
-the bounds allow (replicas, then batch), so the config reported as closest is close where it can be.
+tried); and a squeeze measured at the roomiest config (`squeezed`): every allowed replica, batches unbound, every
+knob that helps both latencies at once set, and still the first token and the next token both miss well.
+Infeasible is declared then, and the other targets are still worth meeting: best effort is the policy's proposal
+against the SLO without the unreachable targets, or, for an overload, the step toward the most capacity the bounds
+allow (replicas, then batch), so the config reported as closest is close where it can be.
 """
 
 from __future__ import annotations
@@ -17,11 +19,17 @@ from slotune.diagnosis import Bottleneck, Diagnosis
 from slotune.knobs import RuntimeConfig
 from slotune.perfmodel import capacity
 from slotune.policy.inputs import PolicyInput, Remedy
-from slotune.policy.moves import enable_prefix_cache, quantize
-from slotune.policy.sizing import load_of, max_replicas, tpot_target
+from slotune.policy.moves import chunked_prefill, enable_prefix_cache, quantize, speculate, speculation_estimate
+from slotune.policy.sizing import batch_binds, load_of, max_replicas, tpot_target
 from slotune.slo import SLOSpec
+from slotune.snapshot import LatencyMetric
 
 FAR_BEYOND = 2.0  # needed / allowed replicas beyond the capacity model's error (it read 6 for 3 on one scenario)
+# Both the first-token and the per-token target missed at the roomiest config, by SQUEEZED squared in product (each
+# miss's ratio multiplied): a trade between them would have to win that back, beyond a window's noise at the edge.
+# In the tuner benchmark's feasible scenarios no window at the roomiest config missed both at all; the infeasible
+# ones that squeeze read x4.0-x10 (x5.0 with drafts on: TTFT x4.9, TPOT x1.02, where drafts fixed TPOT alone).
+SQUEEZED = 1.5
 
 
 def roomiest(given: PolicyInput) -> RuntimeConfig:
@@ -57,6 +65,49 @@ def overload_needs(diagnosis: Diagnosis, given: PolicyInput) -> int | None:
         calm = replace(load, request_rate_per_s=declared)
         needed = min(needed, capacity.replicas_needed(given.deployment, roomiest(given), calm, target))
     return needed if needed > FAR_BEYOND * most else None
+
+
+def squeezed(diagnosis: Diagnosis, given: PolicyInput, drafts_tried: bool = True) -> str | None:
+    """A window measured at the roomiest config that misses the first-token and the per-token target both, by
+    SQUEEZED squared in product: every allowed replica, a batch limit that does not bind (the window ran under half
+    of it), every knob that helps both at once already set (prefix caching where prompts share prefixes, 8-bit
+    weights where allowed, chunked prefill), and speculation on, or predicted by its measured acceptance to fall
+    short (`speculation_could_help`). What is left trades one target for the other: a smaller batch limit or token
+    budget shortens each step and queues prompts longer, a larger budget prefills faster and lengthens every decode
+    step. The capacity model cannot say this: it read 5-7 replicas for loads that 2-4 carry, on feasible scenarios
+    as on these. None otherwise. `drafts_tried=False`: the squeeze but for speculation, which is then the one
+    change left to measure."""
+    c, s = given.config, given.snapshot
+    if c.replicas < max_replicas(given) or batch_binds(given):
+        return None
+    helps_both = (enable_prefix_cache(given), quantize(given, ""), chunked_prefill(given, ""))
+    if any(r is not None and r.knob in given.tuning.knobs for r in helps_both):
+        return None
+    worst = {metric: max((r.ratio for r in diagnosis.violated if r.target.metric is metric), default=0.0)
+             for metric in (LatencyMetric.TTFT, LatencyMetric.TPOT)}
+    if min(worst.values()) <= 1.0 or worst[LatencyMetric.TTFT] * worst[LatencyMetric.TPOT] < SQUEEZED ** 2:
+        return None
+    if drafts_tried and speculation_could_help(given, worst[LatencyMetric.TPOT]):
+        return None
+    return (f"at every allowed replica ({c.replicas}) with batches unbound ({s.num_running_mean or 0.0:.1f} of "
+            f"{c.max_num_seqs} running), TTFT misses x{worst[LatencyMetric.TTFT]:.1f} and TPOT "
+            f"x{worst[LatencyMetric.TPOT]:.1f}: the knobs left trade one for the other")
+
+
+def speculation_could_help(given: PolicyInput, tpot_miss: float) -> bool:
+    """Whether drafted tokens might still bring TPOT under its target (the room a larger token budget would need to
+    bring TTFT under its own): speculation is allowed, off, and either its acceptance on this workload was never
+    measured (a prior predicts nothing here) or the measured acceptance predicts a speedup within SQUEEZED of the
+    miss. Speculation already on was measured in this very window."""
+    c, batch = given.config, given.snapshot.num_running_mean or 1.0
+    if c.speculative is not None or Knob.SPECULATIVE not in given.tuning.knobs:
+        return False
+    drafts = speculate(given, batch)
+    if drafts is None:
+        return False  # the roofline expects no gain at this batch, even at the prior
+    if given.spec_acceptance is None:
+        return True
+    return speculation_estimate(given, drafts.config, batch).speedup * SQUEEZED >= tpot_miss
 
 
 def capacity_steps(given: PolicyInput) -> list[Remedy]:

@@ -56,10 +56,18 @@ def replicas_remedy(given: PolicyInput, why: str) -> Remedy | None:
     leave the replicas between untried, as trims never revisit a count they passed)."""
     c = given.config
     most = max_replicas(given)
-    sized = replicas_for_load(given, c) if worst_miss(given) > NEAR_MISS else c.replicas + 1
+    needed = replicas_for_load(given, c)
+    clear_miss = worst_miss(given) > NEAR_MISS
+    sized = needed if clear_miss else c.replicas + 1
     wanted = min(max(c.replicas + 1, sized), most)
     if wanted <= c.replicas:
         return None
+    # A count tried and rolled back is not the end while the window still asks for more replicas (the model's
+    # count is above this one, or the miss is too large for a near-miss step): the next larger untried count. An
+    # overloaded replica's queue drains into the next window and can make one more replica measure worse.
+    if clear_miss or needed > c.replicas:
+        wanted = next((n for n in range(wanted, most + 1)
+                       if c.with_changes(replicas=n).key() not in given.excluded_keys), wanted)
     return Remedy(c.with_changes(replicas=wanted), Knob.REPLICAS, why)
 
 

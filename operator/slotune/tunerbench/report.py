@@ -166,8 +166,9 @@ def _evidence_lines(summaries: list[Summary]) -> list[str]:
         return []
     most = "" if mine.changes_after_evidence_max is None else f", at most {mine.changes_after_evidence_max}"
     return [f"Infeasible on the evidence: the evidence is the first measured window in which the policy's model alone "
-            f"says no allowed configuration can meet the SLO (a target below every allowed config's floor, or a load "
-            f"the capacity model puts far beyond maxReplicas: `slotune.policy.infeasible_evidence`). Of "
+            f"says no allowed configuration can meet the SLO (a target below every allowed config's floor, a load "
+            f"the capacity model puts far beyond maxReplicas, or TTFT and TPOT both missed at the roomiest allowed "
+            f"config: `slotune.policy.infeasible_evidence`). Of "
             f"{mine.infeasible_recognised} infeasible scenarios slotune recognised, {mine.infeasible_on_evidence} "
             f"had such a window before the verdict, and {mine.infeasible_within_bound_of_evidence} of those were "
             f"called Infeasible within {MAX_CHANGES_AFTER_EVIDENCE} changes of it{most}; the other "

@@ -77,7 +77,9 @@ def install_tunedmodel_crd(kube: Any) -> None:
 @contextmanager
 def scratch_namespace(kube: Any, prefix: str) -> Iterator[str]:
     """A fresh namespace, deleted afterwards; kopf's finalizers are released first, since the operator that would
-    remove them is gone by then."""
+    remove them is gone by then. Its TunedModels are gone before this returns: a namespace's deletion runs behind
+    the namespace controller's queue, and the next test's operator (watching every namespace) would otherwise adopt
+    them (seen: an operator e2e's operator taking on the scale test's 40 TunedModels while its own ran)."""
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     kube.kubectl("create", "namespace", name)
     try:
@@ -86,4 +88,5 @@ def scratch_namespace(kube: Any, prefix: str) -> Iterator[str]:
         for tm in kube.kubectl("get", "tunedmodels", "-n", name, "-o", "name", check=False).stdout.split():
             kube.kubectl("patch", tm, "-n", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
                          check=False)
+        kube.kubectl("delete", "tunedmodels", "--all", "-n", name, "--timeout=120s", check=False)
         kube.kubectl("delete", "namespace", name, "--wait=false")

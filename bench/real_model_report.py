@@ -90,7 +90,10 @@ def markdown(r: dict[str, Any]) -> str:
                      f"{r['engine_speedup_over_llama_cpp']:.2f}x (above 1 = the engine is faster).{same}")
     else:
         lines.append(f"llama.cpp: not measured: {peer['why_not']}")
-    lines += ["", "Where a batch-1 decode step spends its op time (torch profiler, self CPU time):", "",
+    lines += ["", ("Where a batch-1 decode step spends its torch op time (torch profiler, self CPU time; "
+                     "the GEMVs that numpy's OpenBLAS runs are not torch ops and are not in it):" if
+                     r["machine"].get("numpy_blas") else
+                     "Where a batch-1 decode step spends its op time (torch profiler, self CPU time):"), "",
               "| op | share | calls per step |", "|---|---|---|"]
     lines += [f"| `{p['op']}` | {p['share']:.0%} | {p['calls_per_step']} |" for p in r["profile_top_ops"]]
     streams = r["streams"]

@@ -14,7 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from slotune.canary import CanaryOutcome, judge
+from slotune.canary import CanaryOutcome
+from slotune.canary_pool import MAX_LOOKS, CanaryPool, judge_pooled, pooled
 from slotune.knobs import QUALITY_KNOBS, RuntimeConfig
 from slotune.loop.protocols import ApplyResult
 from slotune.loop.state import PendingChange
@@ -67,27 +68,36 @@ def start(backend: object, source: object, pending: PendingChange) -> CanaryStar
 
 @dataclass(frozen=True)
 class Unjudged:
-    """The canary window cannot be judged: `lost` when an arm has no series at all (the canary pod was replaced,
-    say: the canary starts again), else too few requests in an arm (judge the next window)."""
+    """No verdict on the canary yet: `lost` when an arm has no series at all (the canary pod was replaced, say: the
+    canary starts again), else too few requests in an arm or an inconclusive look (slotune.canary_pool): `pool`
+    holds both arms so far, pooled with the next window."""
 
     lost: bool
     reason: str
+    pool: CanaryPool | None = None
 
 
 def verification(source: object, pending: PendingChange, slo: SLOSpec) -> Verification | Unjudged:
-    """The canary's verdict on the window just measured, as the loop's Verification, or why there is none."""
+    """The canary's verdict on its windows so far (this one pooled with the earlier ones, slotune.canary_pool), as
+    the loop's Verification, or why there is none yet."""
     assert pending.canary_pod is not None and isinstance(source, CanarySource)
     try:
         arms = source.arms(pending.canary_pod)
     except MetricsUnavailable as error:
         return Unjudged(lost=True, reason=error.message)
-    verdict = judge(arms.baseline, arms.canary, pending.target_metric, pending.target_percentile, slo)
+    pool = pooled(pending.canary_pool, arms.baseline, arms.canary)
+    verdict, pool, final = judge_pooled(pool, pending.target_metric, pending.target_percentile, slo)
+    seen = (f"{arms.describe()}; pooled over {pool.windows} window(s): {pool.canary.num_requests} vs "
+            f"{pool.baseline.num_requests} requests")
     if verdict.outcome is CanaryOutcome.TOO_FEW_SAMPLES:
-        return Unjudged(lost=False, reason=f"{arms.describe()}: {verdict.reason}")
+        return Unjudged(lost=False, reason=f"{seen}: {verdict.reason}", pool=pool)
+    if not final:
+        return Unjudged(lost=False, pool=pool, reason=(
+            f"{seen}: {verdict.reason}; inconclusive at look {pool.looks} of {MAX_LOOKS}"))
     test = verdict.targeted
     targeted = MetricChange(f"{pending.target_metric.value}_p{pending.target_percentile}", test.a_ms, test.b_ms,
                             math.nan, math.nan, verdict.promote, verdict.outcome is CanaryOutcome.WORSE,
                             f"quantile test p={min(test.p_better, test.p_worse):.2g}")
     regressions = (verdict.reason,) if verdict.outcome is CanaryOutcome.WORSE else ()
-    return Verification(verdict.promote, f"canary verification, {arms.describe()}: {verdict.reason}", targeted,
-                        regressions, slo.is_met(arms.canary))
+    return Verification(verdict.promote, f"canary verification at look {pool.looks} of {MAX_LOOKS}, {seen}: "
+                        f"{verdict.reason}", targeted, regressions, slo.is_met(pool.canary))

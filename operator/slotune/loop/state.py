@@ -24,6 +24,7 @@ from slotune.api.status import (
     Verification,
 )
 from slotune.api.tuning import Knob
+from slotune.canary_pool import CanaryPool
 from slotune.knobs import RuntimeConfig
 from slotune.loop.shift import WindowLoad
 from slotune.snapshot import LatencyMetric, MetricsSnapshot
@@ -46,6 +47,7 @@ class PendingChange(_Frozen):
     trim: bool = False  # made while the SLO held, to save cost: kept only if it still holds
     applied: bool = False
     canary_pod: str | None = None  # verified as a canary: this pod runs `config`, its siblings `previous`
+    canary_pool: CanaryPool | None = None  # the canary's inconclusive windows so far, both arms pooled
 
 
 class HistoryRecord(_Frozen):

@@ -446,12 +446,15 @@ class Tuner:
 
     def _unjudged_canary(self, state: TuningState, pending: PendingChange,
                          unjudged: loop_canary.Unjudged) -> TuningState:
-        """Too few requests in an arm: the next window. No series of an arm (the canary pod was replaced): the
-        canary starts again on a ready pod, as an intent the next step applies."""
+        """Too few requests in an arm, or an inconclusive look: the next window, pooled with this one
+        (slotune.canary_pool). No series of an arm (the canary pod was replaced): the canary starts again on a ready
+        pod, as an intent the next step applies, with its windows forgotten."""
         if not unjudged.lost:
-            return state.evolve(message=f"{pending.change}: {unjudged.reason}; judging the next window")
+            return state.evolve(pending=pending.model_copy(update={"canary_pool": unjudged.pool}),
+                                message=f"{pending.change}: {unjudged.reason}; judging the next window pooled")
         self.backend.end_canary()  # type: ignore[attr-defined]
-        return state.evolve(pending=pending.model_copy(update={"applied": False, "canary_pod": None}),
+        return state.evolve(pending=pending.model_copy(update={"applied": False, "canary_pod": None,
+                                                               "canary_pool": None}),
                             changes_applied=state.changes_applied - 1,
                             message=f"{pending.change}: canary lost ({unjudged.reason}); starting it again")
 

@@ -32,6 +32,7 @@ from slotune.api.tuning import Knob, TuningMode, TuningSpec
 from slotune.diagnosis import Diagnosis, diagnose, window_acceptance
 from slotune.knobs import RuntimeConfig
 from slotune.loop import canary as loop_canary
+from slotune.loop import drain
 from slotune.loop.attainment import as_percentiles, interpolation_evidence, observed
 from slotune.loop.protocols import ApplyResult, Backend, MeasurementSource, MetricsUnavailable, StateStore, WindowOpen
 from slotune.loop.shift import MAX_REFERENCE, Shift, WindowLoad, detect_shift
@@ -378,6 +379,9 @@ class Tuner:
         assert pending is not None and baseline is not None
         out_of_reach = state.infeasible.out_of_reach if state.phase is Phase.INFEASIBLE and state.infeasible else ()
         judged = without_targets(self.problem.slo, out_of_reach) or self.problem.slo  # best effort: what is in reach
+        if (backlog := drain.draining(pending, baseline, snapshot)) is not None:  # judge the change, not the queue
+            return state.evolve(message=drain.describe(pending, backlog), pending=pending.model_copy(update={
+                "drain_windows": pending.drain_windows + 1, "drain_backlog": backlog})), False
         if pending.canary_pod is not None:  # the canary pod against its siblings over this same window
             canary = loop_canary.verification(self.source, pending, judged)
             if isinstance(canary, loop_canary.Unjudged):

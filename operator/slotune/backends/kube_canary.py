@@ -7,7 +7,8 @@ status says it runs", and an operator restarted mid-canary repairs the same spli
 annotation; the next `apply` then brings every pod to one config: the candidate (promote: only the siblings are
 sent anything) or the running one (roll back: only the canary pod is). A canary is started only for a change the
 pods take live (builtin engine, hotReconfigure, no restart-only knob, same replica count) with two or more ready
-pods; anything else is verified before/after.
+pods; a change that needs a restart is a canary on one extra pod of its own Deployment where the bounds leave room
+(backends.kube_canary_pod); anything else is verified before/after.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from slotune.backends.kube_api import object_path
+from slotune.backends.kube_canary_pod import delete_extra_pod, start_extra_pod
 from slotune.knobs import RuntimeConfig
 from slotune.loop.protocols import ApplyResult
 
@@ -53,11 +55,15 @@ class CanaryStart:
 
 def start_canary(backend: KubernetesBackend, running: RuntimeConfig, candidate: RuntimeConfig) -> CanaryStart | None:
     """Send `candidate` to one ready pod (the first by name; the one already named when asked again), the siblings
-    untouched. None when this change cannot be a canary: it needs a restart or another replica count, or fewer
-    than two pods are ready."""
+    untouched; a change that needs a restart runs on one extra pod instead (backends.kube_canary_pod). None when
+    this change cannot be a canary: another replica count, fewer than two pods ready for a live one, no room for
+    an extra pod for a restart."""
     deployment = backend.deployment()
-    if (deployment is None or not backend._hot_capable() or running.needs_restart(candidate)
-            or candidate.replicas != running.replicas or running.replicas < 2):
+    if deployment is None or candidate.replicas != running.replicas:
+        return None
+    if not backend._hot_capable() or running.needs_restart(candidate):
+        return start_extra_pod(backend, running, candidate)  # the pods cannot take it live: one more pod runs it
+    if running.replicas < 2:
         return None
     existing = CanaryAssignment.of(deployment)
     if existing is not None and existing.config == candidate:
@@ -75,6 +81,7 @@ def end_canary(backend: KubernetesBackend) -> None:
     """Forget the canary: the next apply brings every pod to the config it is asked for."""
     if CanaryAssignment.of(backend.deployment()) is not None:
         _annotate(backend, None)
+    delete_extra_pod(backend)
 
 
 def _annotate(backend: KubernetesBackend, value: str | None) -> None:

@@ -31,6 +31,7 @@ from slotune import admission
 from slotune.api import TunedModel
 from slotune.backends.kube_api import KubeAPI, KubeError, object_path
 from slotune.backends.kube_canary import CanaryAssignment, CanaryStart, end_canary, start_canary
+from slotune.backends.kube_canary_pod import CANARY_POD_LABEL
 from slotune.knobs import Engine, RuntimeConfig
 from slotune.loop.protocols import ApplyResult
 from slotune.resources import (
@@ -280,7 +281,7 @@ class KubernetesBackend:
 
     def pods(self) -> list[dict[str, Any]]:
         selector = ",".join(f"{k}={v}" for k, v in selector_labels(self.tm.metadata.name).items())
-        return self.api.list("Pod", self.namespace, selector)
+        return self.api.list("Pod", self.namespace, f"{selector},!{CANARY_POD_LABEL}")  # never the extra canary pod
 
     def ready_pods(self) -> list[dict[str, Any]]:
         return [p for p in self.pods() if pod_ready(p)]

@@ -38,8 +38,9 @@ from slotune.workload import WorkloadSpec
 from tests.e2e.harness.kube import apply, get, install_tunedmodel_crd, scratch_namespace, wait_for, wait_for_progress
 from tests.e2e.harness.kubelet import KubeletStandIn
 from tests.e2e.harness.load import Load, Shape
+from tests.e2e.harness.operator import OperatorProcess
 from tests.e2e.harness.pods import seqs, settle
-from tests.e2e.test_canary_pods import ARM_REQUESTS, WORKLOAD
+from tests.e2e.test_canary_pods import ARM_REQUESTS, TTFT_P99_MS, WORKLOAD
 
 NAME = "extra"
 CANARY = canary_deployment_name(NAME)
@@ -171,4 +172,60 @@ def test_a_restart_change_is_canaried_on_one_extra_pod(kube, namespace, promethe
     finally:
         load.stop()
         api.close()
+        kubelet.stop()
+
+
+def test_the_operator_canaries_a_restart_change_on_an_extra_pod(kube, namespace, prometheus, model_cache,
+                                                                 tmp_path) -> None:
+    """The whole operator (its own process), hotReconfigure off, one replica and room for one more: its first change
+    runs on an extra pod while the main pod keeps serving the old config, the status names the extra pod and never
+    counts it as a replica, the verdict says Canary, and the canary Deployment is gone afterwards."""
+    server = prometheus(scrape_interval_s=0.5)
+    kubelet = KubeletStandIn(kube.api_client(), namespace, NAME, server, tmp_path).start()
+    operator = OperatorProcess(kube.kubeconfig, tmp_path / "operator", {
+        "SLOTUNE_PROMETHEUS_URL": server.url, "SLOTUNE_POD_ENDPOINTS_FILE": str(kubelet.endpoints_file)})
+    load = Load(kubelet.urls, WorkloadSpec.model_validate(WORKLOAD), Shape(clients=WORKLOAD["concurrency"]))
+    manifest = tunedmodel(namespace)
+    manifest["spec"]["tuning"] = {"knobs": ["max_num_seqs"], "hotReconfigure": False,
+                                  "bounds": {"maxNumSeqs": {"min": 1, "max": 64}, "minReplicas": 1, "maxReplicas": 2},
+                                  "windowSeconds": 6, "minSamples": 10, "warmupSeconds": 1, "cooldownSeconds": 0,
+                                  "maxIterations": 3, "convergenceWindows": 2}
+    manifest["spec"]["slo"] = {"ttft": {"p99": TTFT_P99_MS}}  # missed at one sequence a pod on any CPU
+
+    def status() -> dict[str, Any]:
+        return (get(kube, "tunedmodel", NAME, namespace) or {}).get("status") or {}
+
+    def live() -> dict[str, int]:
+        try:
+            return seqs(kubelet)
+        except httpx.HTTPError:
+            return {}
+
+    def describe() -> str:
+        return f"status: {status()}\npods: {live()}; kubelet errors: {kubelet.errors}\n{operator.log_tail()}"
+
+    try:
+        operator.start()
+        apply(kube, manifest)
+        wait_for(lambda: len(kubelet.urls()) == 1, 180, "the main pod serving", describe=describe)
+        (main,) = live() or [""]
+        load.start()
+        during = wait_for(lambda: (s := status()).get("canary") and s["canary"]["pod"] in live() and s, 300,
+                          "a canary on an extra pod, serving", describe=describe)
+        canary_pod, candidate = during["canary"]["pod"], during["canary"]["config"]["maxNumSeqs"]
+        assert canary_pod != main and get(kube, "deployment", CANARY, namespace) is not None
+        pods = live()
+        assert pods[canary_pod] == candidate and pods[main] == during["config"]["maxNumSeqs"] == 1, pods
+        ready = next(c for c in during["conditions"] if c["type"] == "Ready")
+        assert ready["message"].startswith("1/1 pods ready"), ready  # the extra pod is not a serving replica
+        wait_for(lambda: any(h.get("verification") == "Canary" for h in status().get("history", [])), 300,
+                 "a canary verdict", describe=describe)
+        final = status()
+        verdict = next(h for h in final["history"] if h.get("verification") == "Canary")
+        assert verdict["verdict"] in ("Kept", "RolledBack") and "canary verification" in verdict["reason"], verdict
+        wait_for(lambda: get(kube, "deployment", CANARY, namespace) is None or status().get("canary"), 120,
+                 "the canary Deployment deleted after its verdict", describe=describe)
+    finally:
+        load.stop()
+        operator.stop()
         kubelet.stop()

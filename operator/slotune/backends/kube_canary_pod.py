@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from slotune.backends.kube_api import KubeError, object_path
-from slotune.knobs import RuntimeConfig
+from slotune.knobs import Engine, RuntimeConfig
 from slotune.loop.protocols import ApplyResult
 from slotune.resources import build_deployment, config_from_annotation, selector_labels
 
@@ -97,11 +97,32 @@ def start_extra_pod(backend: KubernetesBackend, running: RuntimeConfig, candidat
         delete_extra_pod(backend)
         backend._record("RolloutFailed", problem, True)
         return CanaryStart("", ApplyResult.failure(problem, crashed=True))
-    ready = sorted(p["metadata"]["name"] for p in pods if pod_ready(p))
+    ready = sorted((p for p in pods if pod_ready(p)), key=lambda p: p["metadata"]["name"])
     if not ready or not rollout_state(existing).done:
         return CanaryStart("", ApplyResult.rolling_out(f"canary pod: {rollout_state(existing).progress}"))
+    serving = _serving(backend, ready[0], wanted)
+    if serving is not None:
+        return CanaryStart("", serving)
     backend._forget("canary-pod")
-    return CanaryStart(ready[0], ApplyResult.success(changed=True))
+    return CanaryStart(ready[0]["metadata"]["name"], ApplyResult.success(changed=True))
+
+
+def _serving(backend: KubernetesBackend, pod: dict[str, Any], wanted: RuntimeConfig) -> ApplyResult | None:
+    """None once the canary pod's runtime answers `GET /admin/config` with the candidate (builtin engine: the pod
+    is serving, and the pod-config invariant holds for it too); else how it stands. A Ready pod whose runtime does
+    not answer yet would leave the canary's first window without its series, read as a canary pod replaced."""
+    from slotune.backends.kube_deployment import runs
+
+    if backend.tm.spec.runtime.engine is not Engine.BUILTIN:
+        return None  # vLLM serves no /admin/config: its readiness probe is the only word
+    live = backend._call_admin(pod, "GET", None, backend.admin_token())
+    if live.status_code is None:
+        return ApplyResult.rolling_out(f"waiting for the canary pod's /admin/config ({live.error})")
+    if not (live.ok and live.live is not None and runs(live.live, wanted.admin_payload())):
+        problem = f"canary pod {pod['metadata']['name']} does not run {wanted.describe()}: {live.live or live.error}"
+        delete_extra_pod(backend)
+        return ApplyResult.failure(problem, crashed=True)
+    return None
 
 
 def delete_extra_pod(backend: KubernetesBackend) -> bool:

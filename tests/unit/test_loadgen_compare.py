@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from slotune.canary import shift
 from slotune.loadgen.compare import Difference, compare_histograms, compare_samples
-from slotune.snapshot import Histogram
+from slotune.snapshot import Histogram, LatencySummary
 
 ALPHA = 0.05
 TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10, 20, 40, 80,
@@ -69,3 +70,33 @@ def test_empty_windows_and_mismatched_buckets() -> None:
     assert compare_histograms(empty, empty, 50).verdict == Difference.TOO_FEW_SAMPLES
     with pytest.raises(ValueError, match="bucket bounds"):
         compare_histograms(empty, Histogram((1.0, np.inf), (1.0, 1.0)), 50)
+
+
+def _in_buckets(counts: dict[int, float]) -> Histogram:
+    return Histogram(TTFT_BUCKETS_S, tuple(counts.get(i, 0.0) for i in range(len(TTFT_BUCKETS_S))))
+
+
+def test_an_arm_whose_whole_mass_ties_in_the_pooled_quantiles_bucket_is_still_compared() -> None:
+    # The windows of an e2e canary (seqs 1 siblings against a seqs 16 canary): every sibling request in (1, 2.5] s,
+    # every canary request under 20 ms. The pooled median falls in the siblings' bucket; counting exceedances above
+    # its upper edge, nobody exceeded it and both one-sided p-values were 1, so the canary rule (a P99 that cannot
+    # tell, then the median) called a 200x faster canary "no gain".
+    siblings = _in_buckets({12: 85.5})
+    canary = _in_buckets({1: 10.3, 2: 47.6, 3: 7.8})
+    better = compare_histograms(siblings, canary, 50, ALPHA, min_relative_change=0.05)
+    assert better.verdict == Difference.BETTER and better.p_better < 1e-6, better
+    assert compare_histograms(canary, siblings, 50, ALPHA).verdict == Difference.WORSE
+    assert shift(LatencySummary.from_histogram(siblings), LatencySummary.from_histogram(canary), "ttft_p99", 99,
+                 ALPHA / 2).verdict == Difference.BETTER
+
+
+@pytest.mark.parametrize("percentile", [50, 95, 99])
+def test_aa_false_positive_rate_is_at_most_alpha_on_coarse_buckets(percentile: int) -> None:
+    # Heavy ties: most requests of both arms in one or two wide buckets, where the tie side decides the threshold.
+    rng = np.random.default_rng(200 + percentile)
+    trials = 3000
+    verdicts = [compare_histograms(_histogram(_latencies_ms(rng, 200, 1500.0)),
+                                   _histogram(_latencies_ms(rng, 200, 1500.0)), percentile, ALPHA).verdict
+                for _ in range(trials)]
+    assert verdicts.count(Difference.BETTER) / trials <= ALPHA
+    assert verdicts.count(Difference.WORSE) / trials <= ALPHA

@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from slotune.api import parse_tunedmodel
@@ -36,11 +35,12 @@ from slotune.metrics.window import MetricsUnavailable
 from slotune.settings import OperatorSettings
 from slotune.snapshot import LatencyMetric
 from slotune.workload import WorkloadSpec
+from tests.e2e import test_canary_pods as canary_pods
 from tests.e2e.harness.kube import apply, get, install_tunedmodel_crd, scratch_namespace, wait_for, wait_for_progress
 from tests.e2e.harness.kubelet import KubeletStandIn
 from tests.e2e.harness.load import Load, Shape
 from tests.e2e.harness.operator import OperatorProcess
-from tests.e2e.harness.pods import seqs, settle
+from tests.e2e.harness.pods import live_seqs, seqs, settle
 from tests.e2e.test_canary_pods import ARM_REQUESTS, TTFT_P99_MS, WORKLOAD
 
 NAME = "extra"
@@ -48,20 +48,10 @@ CANARY = canary_deployment_name(NAME)
 
 
 def tunedmodel(namespace: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "slotune.io/v1alpha1", "kind": "TunedModel",
-        "metadata": {"name": NAME, "namespace": namespace},
-        "spec": {
-            "model": {"name": "tiny", "source": "builtin://tiny", "dtype": "float32", "maxModelLen": 256},
-            "hardware": {"accelerator": "cpu", "count": 0},
-            "runtime": {"engine": "builtin", "config": {"maxNumSeqs": 1, "maxNumBatchedTokens": 256}},
-            "slo": {"ttft": {"p99": 1000}},
-            "replicas": 1,
-            # hotReconfigure off: every change needs a restart; maxReplicas 2 leaves room for one extra pod.
-            "tuning": {"mode": "off", "windowSeconds": 5, "minSamples": 10, "hotReconfigure": False,
-                       "bounds": {"minReplicas": 1, "maxReplicas": 2}},
-        },
-    }
+    # hotReconfigure off: every change needs a restart; maxReplicas 2 leaves room for one extra pod.
+    return canary_pods.tunedmodel(namespace, NAME, replicas=1, tuning={
+        "mode": "off", "windowSeconds": 5, "minSamples": 10, "hotReconfigure": False,
+        "bounds": {"minReplicas": 1, "maxReplicas": 2}})
 
 
 @pytest.fixture
@@ -80,11 +70,7 @@ def test_a_restart_change_is_canaried_on_one_extra_pod(kube, namespace, promethe
     load = Load(kubelet.urls, WorkloadSpec.model_validate(WORKLOAD), Shape(clients=WORKLOAD["concurrency"]))
 
     def live() -> dict[str, int]:
-        """Each serving pod's live max_num_seqs; {} while a pod's process is going away under the read."""
-        try:
-            return seqs(kubelet)
-        except httpx.HTTPError:
-            return {}
+        return live_seqs(kubelet)
 
     def describe() -> str:
         return f"pods: {live()}; kubelet errors: {kubelet.errors}"
@@ -205,10 +191,7 @@ def test_the_operator_canaries_a_restart_change_on_an_extra_pod(kube, namespace,
         return (get(kube, "tunedmodel", NAME, namespace) or {}).get("status") or {}
 
     def live() -> dict[str, int]:
-        try:
-            return seqs(kubelet)
-        except httpx.HTTPError:
-            return {}
+        return live_seqs(kubelet)
 
     def describe() -> str:
         return f"status: {status()}\npods: {live()}; kubelet errors: {kubelet.errors}\n{operator.log_tail()}"

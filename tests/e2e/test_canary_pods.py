@@ -48,17 +48,18 @@ TTFT_P99_MS = 100
 ARM_REQUESTS = 60  # requests each arm must finish in the canary window before it is judged
 
 
-def tunedmodel(namespace: str) -> dict[str, Any]:
+def tunedmodel(namespace: str, name: str = NAME, replicas: int = 2,
+               tuning: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "slotune.io/v1alpha1", "kind": "TunedModel",
-        "metadata": {"name": NAME, "namespace": namespace},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "model": {"name": "tiny", "source": "builtin://tiny", "dtype": "float32", "maxModelLen": 256},
             "hardware": {"accelerator": "cpu", "count": 0},
             "runtime": {"engine": "builtin", "config": {"maxNumSeqs": 1, "maxNumBatchedTokens": 256}},
             "slo": {"ttft": {"p99": 1000}},
-            "replicas": 2,
-            "tuning": {"mode": "off", "windowSeconds": 5, "minSamples": 10},
+            "replicas": replicas,
+            "tuning": tuning or {"mode": "off", "windowSeconds": 5, "minSamples": 10},
         },
     }
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import httpx
+
 from slotune.loop import ApplyResult
 from tests.e2e.harness.kubelet import KubeletStandIn
 
@@ -20,3 +22,11 @@ def settle(call: Callable[[], ApplyResult]) -> ApplyResult:
 def seqs(kubelet: KubeletStandIn) -> dict[str, int]:
     """Each serving pod's live max_num_seqs, read from the pod (GET /admin/config)."""
     return {pod: config["max_num_seqs"] for pod, config in kubelet.live_configs().items()}
+
+
+def live_seqs(kubelet: KubeletStandIn) -> dict[str, int]:
+    """seqs(), or {} while a pod's process is going away under the read."""
+    try:
+        return seqs(kubelet)
+    except httpx.HTTPError:
+        return {}

@@ -170,6 +170,10 @@ class SamplingParams:
     ignore_eos: bool = False
     # None: no logprobs; N >= 0: each new token's logprob under the model's raw logits plus the N most likely (vLLM).
     logprobs: int | None = None
+    # vLLM: no stop (EOS, stop_token_ids, stop strings) before this many output tokens.
+    min_tokens: int = 0
+    # OpenAI: (token id, bias in [-100, 100]) pairs added to the logits before sampling.
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.logprobs is not None and self.logprobs < 0:
@@ -184,9 +188,14 @@ class SamplingParams:
             raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
         if any(not s for s in self.stop):
             raise ValueError("stop strings must be non-empty")
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            raise ValueError(f"min_tokens must be in [0, max_tokens = {self.max_tokens}], got {self.min_tokens}")
+        if any(not -100.0 <= bias <= 100.0 for _, bias in self.logit_bias):
+            raise ValueError("logit_bias values must be in [-100, 100]")
         # Callers (the server) may pass lists; normalise so the dataclass stays hashable and immutable.
         object.__setattr__(self, "stop", tuple(self.stop))
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+        object.__setattr__(self, "logit_bias", tuple((int(t), float(b)) for t, b in self.logit_bias))
 
     @property
     def greedy(self) -> bool:

@@ -22,6 +22,7 @@ from gpu_runtime.config import (
     SchedulerKnobs,
 )
 from gpu_runtime.kv_cache import BlockManager
+from gpu_runtime.logits_processing import processed_rows
 from gpu_runtime.logprobs import TokenLogprob, step_logprobs
 from gpu_runtime.model_files import read_model_config
 from gpu_runtime.model_runner import ModelRunner, SequenceInput, kv_bytes_per_block
@@ -188,6 +189,8 @@ class LLMEngine:
             )
         if min(prompt) < 0 or max(prompt) >= self.model_config.vocab_size:
             raise ValueError(f"prompt token ids must be in [0, {self.model_config.vocab_size})")
+        if any(not 0 <= token < self.model_config.vocab_size for token, _ in params.logit_bias):
+            raise ValueError(f"logit_bias token ids must be in [0, {self.model_config.vocab_size})")
         if self.block_manager.blocks_needed(len(prompt) + params.max_tokens) > self.block_manager.num_total_blocks:
             raise ValueError(
                 f"prompt + max_tokens needs more KV blocks than the whole cache holds "
@@ -292,12 +295,15 @@ class LLMEngine:
         ]
         logits = self.runner.execute(inputs)
         rows = logits.split([1 + item.num_spec_tokens for item in completing])
+        seqs = [item.seq for item in completing]
+        drawn_from = processed_rows(rows, [s.params for s in seqs], [s.num_output_tokens for s in seqs],
+                                    self.tokenizer.eos_token_ids)
         tokens: list[list[int]] = [[] for _ in completing]
         plain = [i for i, item in enumerate(completing) if not item.num_spec_tokens]
         if plain:
-            seqs = [completing[i].seq for i in plain]
             sampled = self.sampler.sample(
-                torch.cat([rows[i] for i in plain]), [s.params for s in seqs], [s.request_id for s in seqs]
+                torch.cat([drawn_from[i] for i in plain]), [seqs[i].params for i in plain],
+                [seqs[i].request_id for i in plain],
             )
             for i, token in zip(plain, sampled, strict=True):
                 tokens[i] = [token]
@@ -305,7 +311,7 @@ class LLMEngine:
         if spec and self._spec is not None:
             items = [completing[i] for i in spec]
             drafts = [item.seq.spec_token_ids[: item.num_spec_tokens] for item in items]
-            verified = self._spec.verify([item.seq for item in items], drafts, [rows[i] for i in spec])
+            verified = self._spec.verify([item.seq for item in items], drafts, [drawn_from[i] for i in spec])
             for i, new_tokens in zip(spec, verified, strict=True):
                 tokens[i] = new_tokens
         return tokens, step_logprobs(list(rows), tokens, [item.seq.params.logprobs for item in completing])
@@ -335,6 +341,8 @@ class LLMEngine:
 
     def _stop_reason(self, seq: Sequence, token: int, state: _TextState, num_output: int) -> str | None:
         params = seq.params
+        if num_output < params.min_tokens:  # vLLM: no stop of any kind before min_tokens, only the length bounds
+            return "length" if seq.num_prompt_tokens + num_output >= self.max_model_len else None
         if token in params.stop_token_ids or (not params.ignore_eos and token in self.tokenizer.eos_token_ids):
             return "stop"
         for stop in params.stop:

@@ -127,11 +127,14 @@ class OpenAIHandlers:
             raise APIError(400, f"This model's maximum context length is {self.model.max_model_len} tokens; the "
                                 f"prompt has {len(prompt_ids)} and max_tokens asks for {max_tokens} more.",
                            code="context_length_exceeded")
+        if any(not 0 <= token < self.model.vocab_size for token, _ in body.logit_bias_pairs):
+            raise APIError(400, f"logit_bias token ids must be in [0, {self.model.vocab_size})")
         try:
             return SamplingParams(max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
                                   top_k=max(0, body.top_k), seed=body.seed, stop=body.stop_strings,
                                   stop_token_ids=tuple(body.stop_token_ids or ()), ignore_eos=body.ignore_eos,
-                                  logprobs=body.num_logprobs)
+                                  logprobs=body.num_logprobs, min_tokens=body.min_tokens,
+                                  logit_bias=body.logit_bias_pairs)
         except ValueError as error:
             raise APIError(400, str(error)) from error
 

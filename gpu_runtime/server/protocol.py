@@ -3,7 +3,8 @@
 Request models validate what a client may ask for and turn it into the engine's `SamplingParams`; response models
 are what non-streaming endpoints return; `APIError` is the one exception type that becomes an OpenAI-style error
 object (`{"error": {"message", "type", "code"}}`) with a 4xx status. Unknown request fields are ignored, as OpenAI and
-vLLM do, but known fields this runtime cannot honour (n > 1, echo, penalties) are refused rather than dropped.
+vLLM do, but known fields this runtime cannot honour (n > 1, echo, penalties, tools, structured output) are refused
+rather than dropped: a client that asked for JSON or a tool call must not get free text that looks like success.
 `logprobs` follows vLLM: an integer 0..20 on completions, `logprobs: true` plus `top_logprobs` 0..20 on chat.
 """
 
@@ -70,6 +71,20 @@ class _SamplingFields(BaseModel):
     n: Literal[1] = 1
     presence_penalty: Literal[0, 0.0] = 0.0
     frequency_penalty: Literal[0, 0.0] = 0.0
+    min_tokens: Annotated[int, Field(ge=0)] = 0  # vLLM extension (benchmark clients fix output lengths with it)
+    # OpenAI: token id (as a string key) -> bias in [-100, 100]
+    logit_bias: dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]] | None = None
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _token_id_keys(cls, bias: dict[str, float] | None) -> dict[str, float] | None:
+        if bias and any(not key.isdigit() for key in bias):
+            raise ValueError("logit_bias keys must be token ids")
+        return bias
+
+    @property
+    def logit_bias_pairs(self) -> tuple[tuple[int, float], ...]:
+        return tuple((int(token), value) for token, value in (self.logit_bias or {}).items())
 
     @field_validator("stop")
     @classmethod
@@ -135,16 +150,31 @@ class ChatMessage(BaseModel):
         return "".join(part.text for part in self.content)
 
 
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text"]  # json_object and json_schema need guided decoding, which this runtime does not have
+
+
 class ChatCompletionRequest(_SamplingFields):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
     logprobs: bool | None = False
     top_logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
+    response_format: ResponseFormat | None = None
+    tools: list[dict[str, object]] | None = None
+    tool_choice: str | dict[str, object] | None = None
 
     @model_validator(mode="after")
     def _top_logprobs_need_logprobs(self) -> ChatCompletionRequest:
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs set to true")
+        return self
+
+    @model_validator(mode="after")
+    def _no_tool_calls(self) -> ChatCompletionRequest:
+        # vLLM, too, refuses tools unless a tool-call parser is configured; this runtime has none.
+        if self.tools and self.tool_choice != "none":
+            raise ValueError("tool calling is not supported by this runtime (send no tools, or tool_choice 'none')")
         return self
 
     @property

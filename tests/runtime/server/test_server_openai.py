@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import httpx
 import openai
 import pytest
@@ -117,3 +120,40 @@ def test_malformed_requests_get_openai_error_objects(server: RuntimeServer, body
 def test_unknown_route_is_an_openai_404(server: RuntimeServer) -> None:
     response = httpx.get(f"{server.url}/v1/nothing")
     assert response.status_code == 404 and "error" in response.json()
+
+
+def test_min_tokens_and_logit_bias_reach_the_engine(client: openai.OpenAI, tiny_checkpoint: Path) -> None:
+    # EOS biased up ends a request at once, unless min_tokens holds it.
+    eos = json.loads((tiny_checkpoint / "config.json").read_text())["eos_token_id"]
+    eos_first = {"logit_bias": {str(eos): 100}}
+    ended = client.completions.create(model=MODEL_NAME, prompt="hi", max_tokens=8, temperature=0, **eos_first)
+    assert ended.usage.completion_tokens == 1 and ended.choices[0].finish_reason == "stop"
+    held = client.completions.create(model=MODEL_NAME, prompt="hi", max_tokens=8, temperature=0,
+                                     extra_body={"min_tokens": 5}, **eos_first)
+    assert held.usage.completion_tokens >= 5
+    chat = client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "x"}],
+                                          max_tokens=8, temperature=0, extra_body={"min_tokens": 8}, **eos_first)
+    assert chat.usage.completion_tokens == 8 and chat.choices[0].finish_reason == "length"
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]}, "tool calling"),
+    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"extra_body": {"min_tokens": 9}, "max_tokens": 4}, "min_tokens"),
+    ({"logit_bias": {"999999": 1}}, "logit_bias"),
+    ({"logit_bias": {"5": 150}}, "logit_bias"),
+])
+def test_what_the_runtime_cannot_honour_is_refused_not_dropped(
+    client: openai.OpenAI, kwargs: dict[str, object], words: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "x"}],
+                                       **{"max_tokens": 4} | kwargs)  # type: ignore[arg-type]
+    assert words in refused.value.message
+
+
+def test_tools_with_tool_choice_none_and_text_format_are_served(client: openai.OpenAI) -> None:
+    reply = client.chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": "x"}], max_tokens=3, response_format={"type": "text"},
+        tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}], tool_choice="none")
+    assert reply.usage.completion_tokens >= 1

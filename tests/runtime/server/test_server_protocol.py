@@ -27,7 +27,8 @@ def test_completion_prompt_forms(prompt: object, expected: object) -> None:
     ("temperature", -0.1), ("temperature", 2.5), ("top_p", 0.0), ("top_p", 1.5), ("max_tokens", 0), ("n", 2),
     ("top_k", -2), ("prompt", ""), ("prompt", ["a", "b"]), ("stop", ["x"] * 17), ("stop", [""]),
     ("logprobs", 21), ("logprobs", -1), ("logprobs", True),
-    ("presence_penalty", 0.5), ("echo", True),
+    ("presence_penalty", 0.5), ("echo", True), ("min_tokens", -1), ("logit_bias", {"x": 1}),
+    ("logit_bias", {"5": -101}),
 ])
 def test_completion_rejects_bad_values(field: str, value: object) -> None:
     with pytest.raises(ValidationError):

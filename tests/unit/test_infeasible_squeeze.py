@@ -118,3 +118,28 @@ def test_a_rolled_back_replica_step_is_followed_by_the_next_untried_count_not_in
                         workload=busy)
     decision = propose(diagnose(snapshot, one, slo, h100, busy, tuning), given)
     assert isinstance(decision, Proposal) and decision.config.replicas == 3, decision
+
+
+def test_both_latencies_missing_at_every_replica_with_whole_prompt_prefill_try_chunked_prefill_first():
+    # The benchmark's code-h100-interactive at 4 replicas, chunked prefill off: TTFT x2.3, TPOT x2.8 (0.2 of 8
+    # running). Chunked prefill is the one knob left before the roomiest config; the policy used to search batch
+    # sizes and budgets first and call it Infeasible only after every remedy, with no evidence window at all.
+    whole = RuntimeConfig(max_num_seqs=8, max_num_batched_tokens=16384, enable_chunked_prefill=False,
+                          enable_prefix_caching=True, replicas=4)
+    decision = _decide(whole, _window(whole, 1166, 82.6, running=0.2))
+    assert isinstance(decision, Proposal) and decision.knob is Knob.ENABLE_CHUNKED_PREFILL, decision
+    assert decision.config.replicas == 4 and decision.config.enable_chunked_prefill
+    fewer = whole.with_changes(replicas=3)  # below every allowed replica: no such shortcut
+    assert not (isinstance(d := _decide(fewer, _window(fewer, 1166, 82.6, running=0.2)), Proposal)
+                and d.knob is Knob.ENABLE_CHUNKED_PREFILL and "one knob left" in d.reason), d
+
+
+def test_the_tuner_calls_the_code_scenarios_infeasible_within_two_changes_of_a_squeeze_window():
+    # Each was called after every remedy before (5-8 changes) with no window that said so sooner.
+    for name in ("code-a100-interactive", "code-h100-interactive", "code-a100-relaxed", "code-l4-relaxed"):
+        scenario = next(s for s in load_scenarios(Path("bench/scenarios")) if s.name == name)
+        trace = run_slotune(Evaluator(scenario), budget=12)
+        assert trace.declared_infeasible and trace.evidence is not None, (name, trace)
+        assert "trade one for the other" in trace.evidence, (name, trace.evidence)
+        assert trace.changes_to_infeasible is not None and trace.changes_at_evidence is not None
+        assert trace.changes_to_infeasible - trace.changes_at_evidence <= 2, (name, trace)

@@ -401,12 +401,14 @@ class Tuner:
                 return state.evolve(first_after=snapshot, message=(
                     f"{pending.change}: SLO holds; confirming over one more window")), False
             verdict = replace(verdict, keep=met, reason="SLO still holds" if met else f"SLO broken: {verdict.reason}")
-        elif verdict.inconclusive and state.first_after is None and pending.canary_pod is None:
+        elif (verdict.inconclusive and state.first_after is None and pending.canary_pod is None
+              and (state.phase is Phase.INFEASIBLE or not self._squeezed(state, pending.config, snapshot))):
             # One window of a tail percentile is a noisy estimate: a change that moved it the right way, and made
-            # nothing worse, earns one more window before the verdict (both windows pooled).
+            # nothing worse, earns one more window before the verdict (both windows pooled); not one that already
+            # measured the squeeze at the roomiest config (policy.squeeze_verdict), whichever way it moved.
             return state.evolve(first_after=snapshot, message=(
                 f"{pending.change}: {verdict.reason}; measuring one more window before deciding")), False
-        state = state.evolve(first_after=None)
+        earlier, state = state.first_after, state.evolve(first_after=None)
         if pending.canary_pod is not None:
             self.backend.end_canary()  # type: ignore[attr-defined]  # the apply below brings every pod to one config
         if verdict.keep and pending.canary_pod is not None:  # promote; the window mixed both arms: measure again
@@ -432,6 +434,9 @@ class Tuner:
         # The rolled-back window measured its own config: at the roomiest one it may say nothing allowed can meet
         # the SLO (policy.squeeze_verdict), which the restored baseline's window cannot.
         if state.phase is not Phase.INFEASIBLE:
+            # Either window of the rolled-back config: a bursty workload's windows alternate busy and calm batches.
+            if earlier is not None and self._squeezed(state, pending.config, earlier):
+                snapshot = earlier
             given = replace(self._policy_input(state, snapshot), config=pending.config)
             diagnosis = self._diagnose(state, pending.config, snapshot)
             squeeze = squeeze_verdict(diagnosis, given)
@@ -447,6 +452,12 @@ class Tuner:
                 return self._apply_pending(self._save(intent)), False
         # The baseline window still describes the restored config: decide the next change from it right away.
         return self._decide(state.evolve(baseline=None), baseline), False
+
+    def _squeezed(self, state: TuningState, config: RuntimeConfig, snapshot: MetricsSnapshot) -> bool:
+        """Whether this window of `config` measured the squeeze at the roomiest config, or one but for the last
+        change that reaches it (policy.squeeze_verdict)."""
+        given = replace(self._policy_input(state, snapshot), config=config)
+        return squeeze_verdict(self._diagnose(state, config, snapshot), given) is not None
 
     def _unjudged_canary(self, state: TuningState, pending: PendingChange,
                          unjudged: loop_canary.Unjudged) -> TuningState:

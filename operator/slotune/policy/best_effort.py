@@ -67,7 +67,8 @@ def overload_needs(diagnosis: Diagnosis, given: PolicyInput) -> int | None:
     return needed if needed > FAR_BEYOND * most else None
 
 
-def squeezed(diagnosis: Diagnosis, given: PolicyInput, drafts_tried: bool = True) -> str | None:
+def squeezed(diagnosis: Diagnosis, given: PolicyInput, drafts_tried: bool = True,
+             chunked_tried: bool = True) -> str | None:
     """A window measured at the roomiest config that misses the first-token and the per-token target both, by
     SQUEEZED squared in product: every allowed replica, a batch limit that does not bind (the window ran under half
     of it), every knob that helps both at once already set (prefix caching where prompts share prefixes, 8-bit
@@ -76,11 +77,13 @@ def squeezed(diagnosis: Diagnosis, given: PolicyInput, drafts_tried: bool = True
     budget shortens each step and queues prompts longer, a larger budget prefills faster and lengthens every decode
     step. The capacity model cannot say this: it read 5-7 replicas for loads that 2-4 carry, on feasible scenarios
     as on these. None otherwise. `drafts_tried=False`: the squeeze but for speculation, which is then the one
-    change left to measure."""
+    change left to measure; `chunked_tried=False`: but for chunked prefill as well (whole-prompt prefill steps
+    still stall decodes), the change that brings the window to the roomiest config."""
     c, s = given.config, given.snapshot
     if c.replicas < max_replicas(given) or batch_binds(given):
         return None
-    helps_both = (enable_prefix_cache(given), quantize(given, ""), chunked_prefill(given, ""))
+    chunks = chunked_prefill(given, "") if chunked_tried else None
+    helps_both = (enable_prefix_cache(given), quantize(given, ""), chunks)
     if any(r is not None and r.knob in given.tuning.knobs for r in helps_both):
         return None
     worst = {metric: max((r.ratio for r in diagnosis.violated if r.target.metric is metric), default=0.0)

@@ -19,6 +19,7 @@ from kopf._cogs.aiokits import aioenums
 from kubernetes import client
 
 from slotune.backends.kube_api import Credentials, KubeAPI
+from slotune.controller import handlers
 from slotune.controller.handlers import tune
 from slotune.controller.windows import SharedWindows
 from slotune.settings import OperatorSettings
@@ -96,3 +97,43 @@ def test_an_invalid_spec_does_not_kill_the_daemon(caplog, tick_s: float) -> None
     finally:
         memo.pool.shutdown(wait=True)
         memo.api.close()
+
+
+def test_a_new_daemon_ticks_only_after_its_own_create_handler_however_long_it_queues(caplog, monkeypatch) -> None:
+    """The create handler is the one owner of the first apply of the children: a daemon whose handler still queues
+    for the API server (a burst of 1,000 creates: up to 500 s) must not step, since its first step would apply them
+    too. It gave up after FIRST_TICK_PATIENCE_S (60 s) and applied them: 1.44 applies per create at 1,000."""
+    monkeypatch.setattr(handlers, "FIRST_TICK_PATIENCE_S", 0.2)
+    monkeypatch.setattr(handlers, "HANDLER_START_S", 0.2)
+    memo = _memo(tick_s=0.01)
+    memo.deploys_queued = handlers.Queued()
+    memo.handled = handlers.Handled()
+    body = _body()
+    memo.deploys_queued.count += 1  # its create handler started, and waits for a deploy worker
+    memo.handled.start(body.metadata.uid)
+    setter: aioenums.FlagSetter = aioenums.FlagSetter()
+    stopped = aioenums.AsyncFlagWaiter(setter)
+    caplog.set_level(logging.WARNING, logger="slotune.controller.handlers")
+
+    def ticks() -> int:  # every step fails here (nothing listens), and says so
+        return sum("tick failed" in r.getMessage() for r in caplog.records)
+
+    async def scenario() -> int:
+        daemon = asyncio.create_task(tune(body=body, memo=memo, stopped=stopped))
+        await asyncio.sleep(10 * 0.2)  # ten times both waits' caps: the old daemon had stepped by now
+        before = ticks()
+        memo.deploys_queued.count -= 1
+        memo.handled.finish(body.metadata.uid)
+        while ticks() == 0:  # progress: the first step follows the handler
+            assert not daemon.done()
+            await asyncio.sleep(0.01)
+        setter.set(kopf.DaemonStoppingReason.RESOURCE_DELETED)
+        await asyncio.wait_for(daemon, timeout=30)
+        return before
+
+    try:
+        assert asyncio.run(scenario()) == 0
+    finally:
+        memo.pool.shutdown(wait=True)
+        memo.api.close()
+    assert body.metadata.uid not in memo.handled.done  # a deleted TunedModel is forgotten

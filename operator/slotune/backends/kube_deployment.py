@@ -250,8 +250,9 @@ class KubernetesBackend:
         if state.done:
             self._forget("rollout:", "unschedulable")
             return None
-        problem = state.problem or self._pod_problem(transient=False)
-        unschedulable = None if problem else self._pod_problem(transient=True)
+        pods = None if state.problem else self.pods()  # one list per look, for both kinds of problem
+        problem = state.problem or _pod_problem(pods or [], transient=False)
+        unschedulable = None if problem else _pod_problem(pods or [], transient=True)
         if unschedulable is None:
             self._waiting_since.pop("unschedulable", None)
         elif self._waited("unschedulable") > self.settings.unschedulable_grace_s:
@@ -271,13 +272,6 @@ class KubernetesBackend:
     def _forget(self, *prefixes: str) -> None:
         for key in [k for k in self._waiting_since if k.startswith(prefixes)]:
             del self._waiting_since[key]
-
-    def _pod_problem(self, transient: bool) -> str | None:
-        for pod in self.pods():
-            found = pod_problem(pod)
-            if found is not None and found.transient == transient:
-                return f"pod {pod['metadata']['name']}: {found.message}"
-        return None
 
     def pods(self) -> list[dict[str, Any]]:
         selector = ",".join(f"{k}={v}" for k, v in selector_labels(self.tm.metadata.name).items())
@@ -405,6 +399,14 @@ def pod_ready(pod: dict[str, Any]) -> bool:
 class PodProblem:
     message: str
     transient: bool  # may clear by itself (a pod waiting for a terminating one's GPUs)
+
+
+def _pod_problem(pods: list[dict[str, Any]], transient: bool) -> str | None:
+    for pod in pods:
+        found = pod_problem(pod)
+        if found is not None and found.transient == transient:
+            return f"pod {pod['metadata']['name']}: {found.message}"
+    return None
 
 
 def pod_problem(pod: dict[str, Any]) -> PodProblem | None:

@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 RESOURCE = (GROUP, VERSION, PLURAL)
 MAX_BACKOFF_S = 60.0
 DEPLOY_WORKERS = 8
-FIRST_TICK_PATIENCE_S = 60.0  # a new daemon's first tick waits at most this long for queued children
+FIRST_TICK_PATIENCE_S = 60.0  # a new daemon's first tick waits at most this long for other TunedModels' children
+HANDLER_START_S = 30.0  # how long a new daemon waits for its own create/resume handler to start at all
 WINDOW_PATIENCE_S = 0.1  # a tick waits this long for its window's read in flight, then frees its worker
 CLOSE_WAIT_S = 3.0  # on shutdown, how long the workers' calls in flight may finish before the operator exits
 T = TypeVar("T")
@@ -51,6 +52,28 @@ class Queued:
 
     def __init__(self) -> None:
         self.count = 0
+
+
+class Handled:
+    """Which TunedModels (by uid) have a create/update/resume handler running, and which had one finish, in this
+    process: a daemon's first tick waits for its own TunedModel's handler, the one owner of the first apply of its
+    children. Shared and changed on the event loop's thread only, like Queued."""
+
+    def __init__(self) -> None:
+        self.running: dict[str, int] = {}
+        self.done: set[str] = set()
+
+    def start(self, uid: str) -> None:
+        self.running[uid] = self.running.get(uid, 0) + 1
+
+    def finish(self, uid: str) -> None:
+        self.running[uid] -= 1
+        if not self.running[uid]:
+            del self.running[uid]
+        self.done.add(uid)
+
+    def forget(self, uid: str) -> None:
+        self.done.discard(uid)
 
 
 def _plain(value: Any) -> Any:
@@ -78,17 +101,32 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.pool = ThreadPoolExecutor(max_workers=memo.settings.workers, thread_name_prefix="slotune-tick")
     memo.deploys = ThreadPoolExecutor(max_workers=DEPLOY_WORKERS, thread_name_prefix="slotune-deploy")
     memo.deploys_queued = Queued()
+    memo.handled = Handled()
     memo.windows = SharedWindows(patience_s=WINDOW_PATIENCE_S, retry_s=memo.settings.tick_s)
     telemetry.serve(memo.settings.metrics_port)
+    memo.loop_lag = asyncio.create_task(_watch_loop_lag())
     logging.getLogger("slotune").setLevel(memo.settings.log_level.upper())
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request would drown the operator's log
     settings.posting.level = logging.WARNING  # slotune posts its own events with reasons
     settings.watching.server_timeout = 60
     settings.persistence.finalizer = "slotune.io/finalizer"
+    # A deleted TunedModel's daemon exits once cancelled (it awaits only the stop flag and its worker's future), but on
+    # a busy event loop maybe not within kopf's 10 zero-time cycles: kopf then sleeps, PATCHes a dummy annotation and
+    # waits for its watch event before it removes the finalizer, a round trip through a busy API server per delete.
+    settings.background.instant_exit_timeout = 1.0
+
+
+async def _watch_loop_lag(period_s: float = 0.5) -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        started = loop.time()
+        await asyncio.sleep(period_s)
+        telemetry.EVENT_LOOP_LAG.observe(max(0.0, loop.time() - started - period_s))
 
 
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
+    memo.loop_lag.cancel()
     memo.windows.close()
     if memo.api.children is not None:
         memo.api.children.stop()  # each watch thread closes its own connection
@@ -117,21 +155,22 @@ async def deploying(memo: kopf.Memo, call: Callable[..., T], *args: Any) -> T:
 
 @kopf.on.create(*RESOURCE)
 async def created(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await _deploy(memo, parse(body), restart_tuning=True)
+    await _deploy(memo, body, parse(body), restart_tuning=True)
 
 
 @kopf.on.update(*RESOURCE, field="spec")
 async def spec_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await _deploy(memo, parse(body), restart_tuning=True)
+    await _deploy(memo, body, parse(body), restart_tuning=True)
 
 
 @kopf.on.resume(*RESOURCE)
 async def resumed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await _deploy(memo, parse(body), restart_tuning=False)
+    await _deploy(memo, body, parse(body), restart_tuning=False)
 
 
-async def _deploy(memo: kopf.Memo, tm: TunedModel, restart_tuning: bool) -> None:
+async def _deploy(memo: kopf.Memo, body: kopf.Body, tm: TunedModel, restart_tuning: bool) -> None:
     memo.deploys_queued.count += 1
+    memo.handled.start(body.metadata.uid)
     try:
         await deploying(memo, deploy, memo.api, tm, memo.settings, restart_tuning)
     except ChildRefused as error:
@@ -142,12 +181,23 @@ async def _deploy(memo: kopf.Memo, tm: TunedModel, restart_tuning: bool) -> None
         raise kopf.TemporaryError(f"applying children failed: {type(error).__name__}: {error}", delay=5) from error
     finally:
         memo.deploys_queued.count -= 1
+        memo.handled.finish(body.metadata.uid)  # failed too: the daemon's step then meets the fault and reports it
 
 
-async def _children_first(memo: kopf.Memo, stopped: kopf.DaemonStopped) -> None:
-    """A new daemon's first tick (a full step: the children read, a status written, events posted) waits while
-    create handlers queue for the API server, at most FIRST_TICK_PATIENCE_S: in a storm of creates the API server's
-    time goes to new TunedModels' children first, and their first ticks follow."""
+async def _children_first(memo: kopf.Memo, uid: str, stopped: kopf.DaemonStopped) -> None:
+    """A new daemon's first tick (a full step: the children read, a status written, events posted) waits for its
+    own TunedModel's create/resume handler to finish, however long that handler queues for the API server: the
+    handler applies the children, and a first step before it applied them too (1.44 applies per create in a burst
+    of 1,000, when this wait was capped at 60 s). A handler that has not even started after HANDLER_START_S (none
+    will run in this process) is not waited for. Then it waits while other create handlers queue, at most
+    FIRST_TICK_PATIENCE_S: in a storm of creates the API server's time goes to new TunedModels' children first,
+    and their first ticks follow."""
+    handled: Handled | None = getattr(memo, "handled", None)
+    waited = 0.0
+    while (handled is not None and uid not in handled.done and (uid in handled.running or waited < HANDLER_START_S)
+           and not stopped):
+        await stopped.wait(0.5)
+        waited += 0.5
     waited = 0.0
     queued = getattr(memo, "deploys_queued", None)
     while queued is not None and queued.count > 0 and waited < FIRST_TICK_PATIENCE_S and not stopped:
@@ -166,7 +216,7 @@ async def tune(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **
     scheduled: float | None = None  # when this tick was due (monotonic); None: the first one
     telemetry.DAEMONS.inc()
     try:
-        await _children_first(memo, stopped)
+        await _children_first(memo, body.metadata.uid, stopped)
         while not stopped:
             delay = settings.tick_s
             try:
@@ -191,6 +241,8 @@ async def tune(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **
             await stopped.wait(delay)
     finally:
         telemetry.DAEMONS.dec()
+        if stopped and (handled := getattr(memo, "handled", None)) is not None:
+            handled.forget(body.metadata.uid)
 
 
 def _tick(run: TuningRun, scheduled: float | None) -> float:

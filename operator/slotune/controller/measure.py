@@ -1,18 +1,19 @@
 """The loop's MeasurementSource on Kubernetes: one window of the TunedModel's runtime pods, read from Prometheus.
 
-Windows never overlap and never start before the warm-up after the last change has passed (the first requests after
-a restart are several times slower, docs/facts.md#flags). `measure` never waits: before the window is over it raises
-the loop's `WindowOpen` with the time it ends, and once over the window is read over exactly the interval it
-covered, however late the tick that reads it. A source that fell behind (its first ticks late in a burst of creates,
-or the operator stalled) skips to the latest window that has ended: no window starts before now - 2 windows, and the
-span it skipped is not measured. Reading each missed window in turn made one grouped read per missed window per
-TunedModel (223 reads a window where 15 were due at 1,000 TunedModels), and the fleet never caught up. Once a
-window's read is started the source stays on it until it answers, however long that takes: a window recomputed from
-a clock that moved on would start another read every tick and never get an answer. No finished request, no series,
-or Prometheus down all raise the loop's `MetricsUnavailable`; the reason is kept in `last_reason` for the
-MetricsAvailable condition. A window with fewer requests than minSamples is returned all the same: the loop pools it
-with the next windows of the same config (a slow config serves few requests a window, and one never judged is never
-changed).
+Windows never overlap and never start before the warm-up after the last change has passed (the first requests after a
+restart are several times slower, docs/facts.md#flags). `measure` never waits: before the window is over it raises the
+loop's `WindowOpen` with the time it ends, and once over the window is read over exactly the interval it covered,
+however late the tick that reads it. A window is chosen before it ends, never after: the source registers for it
+(`SharedWindows.want`) so its instant's one grouped read includes it, and keeps it until that read answers, however late
+its own ticks come. A source that fell behind (its first ticks late in a burst of creates, or the operator stalled)
+skips to the next instant still to come; the span it skipped is not measured. Reading each missed window in turn made
+one grouped read per missed window per TunedModel (223 reads a window where 15 were due at 1,000 TunedModels); reading
+the latest window that had already ended made one read per late moment, covering only the TunedModels late at that same
+moment (112 reads a window, answered over 120 s late on the two reader threads, and the fleet never caught up). No
+finished request, no series, or Prometheus down all raise the loop's `MetricsUnavailable`; the reason is kept in
+`last_reason` for the MetricsAvailable condition. A window with fewer requests than minSamples is returned all the same:
+the loop pools it with the next windows of the same config (a slow config serves few requests a window, and one never
+judged is never changed).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from slotune.metrics.window import MetricsUnavailable, UnavailableReason, requir
 from slotune.resources import ChildNames
 from slotune.settings import OperatorSettings
 from slotune.snapshot import MetricsSnapshot, Source
+
+_AHEAD_S = 0.001  # a window chosen now ends after now, never at it (its read may have started)
 
 
 class PromQLSource:
@@ -50,16 +53,18 @@ class PromQLSource:
         self._clock = clock
         self.last_end_s = clock()  # a fresh operator measures from now on, never data it did not watch
         self.last_reason: UnavailableReason | None = None
-        self._reading: tuple[float, float] | None = None  # (window_s, end_s) of the read in flight
+        self._chosen: tuple[float, float] | None = None  # (window_s, end_s) registered for, until it is read
 
     def window_end_s(self, window_s: float) -> float:
         settled_s = self._changed_at_s() + self.tuning.warmup_s
-        if self._reading is not None and self._reading[0] == window_s and self._reading[1] - window_s >= settled_s:
-            return self._reading[1]  # (a change since the read started makes that window moot)
-        late = self._clock() - 2 * window_s  # a source behind skips to the latest window that has ended
-        start = max(settled_s, self.last_end_s, late)
+        if self._chosen is not None and self._chosen[0] == window_s and self._chosen[1] - window_s >= settled_s:
+            return self._chosen[1]  # (a change since it was chosen makes that window moot)
+        # The first instant still to come: a source behind joins its instant's read instead of starting its own.
+        start = max(settled_s, self.last_end_s, self._clock() - window_s + _AHEAD_S)
         grid = self._windows.grid_s(self.url, self.namespace, window_s, self.tick_s)
-        return align_end_s(start + window_s, grid, phase_s(self.selector.deployment or "", grid, self.tick_s))
+        end_s = align_end_s(start + window_s, grid, phase_s(self.selector.deployment or "", grid, self.tick_s))
+        self._chosen = (window_s, end_s)
+        return end_s
 
     def measure(self, window_s: float) -> MetricsSnapshot:
         if not self.url:
@@ -70,20 +75,19 @@ class PromQLSource:
         if self._clock() < end_s:
             self._windows.want(self._key(window_s, end_s), self.selector.deployment or "")  # joins that instant's read
             raise WindowOpen(end_s)
-        self._reading = (window_s, end_s)
         try:
             snapshot = self._read(window_s, end_s)  # WindowOpen while its read is in flight: this window, later
         except WindowOpen:
             raise
         except MetricsUnavailable as error:
-            self._reading = None
+            self._chosen = None
             self.last_end_s = end_s
             self.last_reason = error.reason
             raise
-        except BaseException:  # a fault: the next tick computes its window afresh (skipping if it fell behind)
-            self._reading = None
+        except BaseException:  # a fault: the next tick chooses its window afresh (skipping if it fell behind)
+            self._chosen = None
             raise
-        self._reading = None
+        self._chosen = None
         self.last_end_s = end_s
         self.last_reason = None
         return snapshot

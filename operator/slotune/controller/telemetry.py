@@ -19,6 +19,14 @@ TICK_FAILURES = Counter("slotune_operator_tick_failures", "Ticks that raised (re
 WINDOW_READ_DELAY = Histogram("slotune_operator_window_read_delay_seconds",
                               "From a window's end until its grouped read of the namespace answered",
                               buckets=LAG_BUCKETS_S)
+# Why a read answers late: how long it queued for a reader thread, and how long its queries took once sent.
+WINDOW_READ_QUEUED = Histogram("slotune_operator_window_read_queued_seconds",
+                               "How long a grouped window read waited for a free reader thread", buckets=LAG_BUCKETS_S)
+WINDOW_READ_DURATION = Histogram("slotune_operator_window_read_duration_seconds",
+                                 "How long a grouped window read's PromQL queries took", buckets=LAG_BUCKETS_S)
+# Every daemon, watch event and deletion is handled on kopf's one event loop: a busy loop delays them all.
+EVENT_LOOP_LAG = Histogram("slotune_operator_event_loop_lag_seconds",
+                           "How late a 0.5 s sleep on the operator's event loop woke", buckets=LAG_BUCKETS_S)
 DAEMONS = Gauge("slotune_operator_tunedmodels", "TunedModels whose tuning daemon runs")
 
 

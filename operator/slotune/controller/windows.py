@@ -6,9 +6,10 @@ the ends of many TunedModels in a namespace fall on a few shared instants, and t
 over those instants. A tick that sees its window still open says which window it waits for (`want`); the first tick
 after the window's end starts one set of grouped queries for exactly the deployments waiting for that instant
 (`slotune.metrics.promql.fleet_readings` with a regex on `deployment`), and the other ticks of that instant take
-their readings from that one answer. A tick that wanted the instant too late to be in a read in flight starts a
-read of those left out. An answer is kept for two windows, then dropped. An outage is shared the same way: one
-failed read answers its group.
+their readings from that one answer. Every TunedModel registers for its window before it ends (a late one for its
+next instant still to come, measure.py), so an instant costs one read whatever the ticks' lag; a tick that wanted the
+instant too late to be in a read in flight (a race at the instant itself) starts a read of those left out. An answer
+is kept for two windows, then dropped. An outage is shared the same way: one failed read answers its group.
 
 The grid follows the namespace's size (its live members, `join`): as fine as a tick for a few TunedModels, so a
 window starts right after a change's warm-up; up to one window as the namespace grows, with the TunedModels' phases
@@ -24,13 +25,14 @@ on to the next tick.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
 import weakref
 import zlib
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
@@ -85,12 +87,14 @@ class _Read:
 
 
 class SharedWindows:
-    def __init__(self, read: Read = fleet_readings, clock: Callable[[], float] = time.time,
+    def __init__(self, read: Read | None = None, clock: Callable[[], float] = time.time,
                  patience_s: float | None = None, retry_s: float = 2.0,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, readers: Executor | None = None) -> None:
         """`patience_s`: how long a tick waits for a read in flight before it is told to come back (None: until
-        the answer, as a single caller wants); `retry_s`: the soonest it is told to come back."""
-        self._read = read
+        the answer, as a single caller wants); `retry_s`: the soonest it is told to come back; `readers`: where reads
+        run (default: READERS threads of their own); `read`: default, PromQL that `close` ends between queries."""
+        self._closing = threading.Event()
+        self._read = read or functools.partial(fleet_readings, stop=self._closing)
         self._clock = clock
         self._monotonic = monotonic
         self._patience_s = patience_s
@@ -101,10 +105,13 @@ class SharedWindows:
         self._took_s: dict[tuple[str, str], float] = {}  # (url, namespace) -> how long its last read took
         self._answered: dict[WindowKey, float] = {}  # when each window's last read answered (monotonic)
         self._members: dict[tuple[str, str], weakref.WeakSet[object]] = {}  # (url, namespace) -> live readers
-        self._readers = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="slotune-promql")
+        self._readers = readers or ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="slotune-promql")
         self.reads = 0  # grouped reads made (each is one set of PromQL queries)
 
     def close(self) -> None:
+        """Queued reads are dropped and a read in flight ends before its next query (the interpreter's exit waits
+        for the reader threads)."""
+        self._closing.set()
         self._readers.shutdown(wait=False, cancel_futures=True)
 
     def join(self, url: str, namespace: str, member: object) -> None:
@@ -139,7 +146,8 @@ class SharedWindows:
                     wanted.add(deployment)
                     done = set().union(*(r.covers or () for r in reads))
                     covers = frozenset(wanted - done)
-                read = _Read(covers, self._readers.submit(self._timed_read, key, names, covers), time.monotonic())
+                queued = time.monotonic()
+                read = _Read(covers, self._readers.submit(self._timed_read, key, names, covers, queued), queued)
                 reads.append(read)
                 self.reads += 1
         try:
@@ -147,14 +155,18 @@ class SharedWindows:
         except FutureTimeout:
             raise WindowOpen(self._clock() + self._come_back_s(key, read)) from None
 
-    def _timed_read(self, key: WindowKey, names: MetricNames, covers: frozenset[str] | None) -> Readings:
+    def _timed_read(self, key: WindowKey, names: MetricNames, covers: frozenset[str] | None,
+                    queued: float) -> Readings:
         started = time.monotonic()
+        telemetry.WINDOW_READ_QUEUED.observe(started - queued)
         try:
             return self._read(key.url, names, key.namespace, key.window_s, key.end_s, covers)
         finally:
+            took = time.monotonic() - started
             with self._lock:
-                self._took_s[(key.url, key.namespace)] = time.monotonic() - started
+                self._took_s[(key.url, key.namespace)] = took
                 self._answered[key] = self._monotonic()
+            telemetry.WINDOW_READ_DURATION.observe(took)
             telemetry.WINDOW_READ_DELAY.observe(max(0.0, self._clock() - key.end_s))
 
     def _come_back_s(self, key: WindowKey, read: _Read) -> float:

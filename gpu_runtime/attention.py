@@ -21,7 +21,18 @@ from gpu_runtime.config import ModelConfig, RopeScaling
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Tensor:
-    """Inverse frequencies, with Llama 3.1 scaling as in Meta's reference (llama-models, apply_scaling)."""
+    """Inverse frequencies, with Llama 3.1 scaling as in Meta's reference (llama-models, apply_scaling), then
+    divided by llama.cpp's per-frequency factors where a GGUF file carries them."""
+    inv_freq = _scaled_inv_freq(head_dim, theta, scaling)
+    if not scaling.freq_factors:
+        return inv_freq
+    if len(scaling.freq_factors) != head_dim // 2:
+        raise ValueError(f"rope_freqs has {len(scaling.freq_factors)} factors; head_dim {head_dim} needs "
+                         f"{head_dim // 2}")
+    return inv_freq / torch.tensor(scaling.freq_factors, dtype=torch.float32)
+
+
+def _scaled_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Tensor:
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
     if scaling.rope_type == "linear":
         return inv_freq / scaling.factor

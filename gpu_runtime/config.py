@@ -60,6 +60,9 @@ class RopeScaling:
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position_embeddings: int = 8192
+    # llama.cpp's rope_freqs tensor (how GGUF files store Llama 3.1 scaling): each inverse frequency is divided by its
+    # factor, on top of rope_type. Not an HF field; only GGUF files set it.
+    freq_factors: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,7 @@ def _rope(raw: dict[str, object]) -> tuple[float, RopeScaling]:
         low_freq_factor=float(params.get("low_freq_factor", 1.0)),
         high_freq_factor=float(params.get("high_freq_factor", 4.0)),
         original_max_position_embeddings=int(params.get("original_max_position_embeddings", 8192)),
+        freq_factors=tuple(float(f) for f in params.get("freq_factors", ())),  # type: ignore[union-attr]
     )
     return theta, scaling
 

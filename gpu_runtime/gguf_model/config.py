@@ -1,15 +1,16 @@
 """A GGUF file's metadata as the runtime's `ModelConfig`, through the Hugging Face config.json field names.
 
 llama.cpp names keys `{architecture}.{key}`; the mapping below follows transformers' GGUF_CONFIG_MAPPING
-(integrations/ggml.py), so the shape read here is the one transformers builds from the same file. Llama 3.1's rope
-scaling is stored by llama.cpp as a `rope_freqs` tensor of per-frequency factors, which this runtime does not apply:
-such files are refused rather than served with wrong positions.
+(integrations/ggml.py), so the shape read here is the one transformers builds from the same file. Llama 3.1/3.2's
+rope scaling is stored by llama.cpp's converter as a `rope_freqs` tensor of per-frequency factors (no metadata key),
+which this runtime applies as llama.cpp does: each inverse frequency divided by its factor.
 """
 
 from __future__ import annotations
 
 from gpu_runtime.config import ModelConfig
 from gpu_runtime.gguf_model.reader import GGUFFile
+from gpu_runtime.gguf_model.weights import ROPE_FREQS, dequantized
 
 # GGUF architecture -> the Hugging Face architecture this runtime implements for it.
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
@@ -52,14 +53,15 @@ def hf_config(file: GGUFFile) -> dict[str, object]:
 
 
 def _rope_scaling(file: GGUFFile, arch: str) -> dict[str, object] | None:
-    if "rope_freqs.weight" in file.tensors:
-        raise ValueError(f"{file.path}: per-frequency rope factors (rope_freqs, Llama 3.1 scaling) are not supported")
+    scaling: dict[str, object] = {}
+    if ROPE_FREQS in file.tensors:
+        scaling["freq_factors"] = dequantized(file.tensors[ROPE_FREQS]).flatten().tolist()
     kind = file.get(f"{arch}.rope.scaling.type")
-    if kind in (None, "none"):
-        return None
-    if kind != "linear":
+    if kind not in (None, "none", "linear"):
         raise ValueError(f"{file.path}: rope scaling {kind!r} is not supported; supported: linear")
-    return {"rope_type": "linear", "factor": float(file.require(f"{arch}.rope.scaling.factor"))}  # type: ignore[arg-type]
+    if kind == "linear":
+        scaling |= {"rope_type": "linear", "factor": float(file.require(f"{arch}.rope.scaling.factor"))}  # type: ignore[arg-type]
+    return scaling or None
 
 
 def model_config(file: GGUFFile) -> ModelConfig:

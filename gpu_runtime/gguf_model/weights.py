@@ -35,6 +35,7 @@ _GLOBAL_NAMES = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.
                  "output.weight": "lm_head.weight"}
 _LAYER = re.compile(r"^blk\.(\d+)\.(\w+)\.(weight|bias)$")
 _ROPE_PERMUTED_ARCHS = ("llama", "mistral")  # llama.cpp permutes q/k only for these
+ROPE_FREQS = "rope_freqs.weight"  # llama.cpp's per-frequency rope factors (Llama 3.1 scaling), [head_dim / 2]
 
 
 def hf_name(gguf_name: str) -> str:
@@ -75,6 +76,8 @@ def hf_tensors(file: GGUFFile, num_heads: int, num_kv_heads: int) -> Iterator[tu
     """(Hugging Face name, float32 tensor) for every tensor of the file, q/k rows un-permuted."""
     permuted = file.architecture in _ROPE_PERMUTED_ARCHS
     for name, tensor in file.tensors.items():
+        if name == ROPE_FREQS:  # not a weight: the model config carries it (gguf_model.config)
+            continue
         target = hf_name(name)
         value = dequantized(tensor)
         if permuted and ".self_attn.q_proj." in target:

@@ -6,6 +6,7 @@ requested type; the byte-level BPE vocabulary, merges, special tokens and chat t
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -40,12 +41,35 @@ def gguf_name(hf_name: str) -> str:
 
 
 def without_rope_scaling(src: Path, dest: Path) -> Path:
-    """A copy of a checkpoint with plain rope: llama.cpp keeps Llama 3.1 scaling in a tensor the runtime refuses."""
+    """A copy of a checkpoint with plain rope (write_gguf keeps Llama 3.1 scaling as llama.cpp does, in a tensor)."""
     shutil.copytree(src, dest, dirs_exist_ok=True)
     config = json.loads((dest / "config.json").read_text())
     config.pop("rope_scaling", None)
     (dest / "config.json").write_text(json.dumps(config))
     return dest
+
+
+def llama3_rope_factors(config: dict[str, object]) -> np.ndarray:
+    """convert_hf_to_gguf.py LlamaModel.generate_extra_tensors: per frequency, 1 (short wavelengths), `factor`
+    (long ones), or the smooth blend between, as float32 `rope_freqs`."""
+    scaling = config["rope_scaling"]
+    assert isinstance(scaling, dict)
+    dim = int(config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])  # type: ignore[operator]
+    freqs = 1.0 / (float(config["rope_theta"]) ** (np.arange(0, dim, 2, dtype=np.float32) / dim))  # type: ignore[arg-type]
+    factor, low = scaling.get("factor", 8.0), scaling.get("low_freq_factor", 1.0)
+    high = scaling.get("high_freq_factor", 4.0)
+    old_len = scaling.get("original_max_position_embeddings", 8192)
+    factors = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < old_len / high:
+            factors.append(1.0)
+        elif wavelen > old_len / low:
+            factors.append(factor)
+        else:
+            smooth = (old_len / wavelen - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(factors, dtype=np.float32)
 
 
 def add_tensor(writer: GGUFWriter, name: str, values: np.ndarray, qtype: GGMLQuantizationType) -> None:
@@ -89,6 +113,8 @@ def write_gguf(checkpoint: Path, dest: Path, qtype: GGMLQuantizationType = GGMLQ
     writer.add_rope_freq_base(config["rope_theta"])
     writer.add_file_type(_FILE_TYPES[qtype])
     _tokenizer_metadata(writer, checkpoint)
+    if (config.get("rope_scaling") or {}).get("rope_type") == "llama3":
+        add_tensor(writer, "rope_freqs.weight", llama3_rope_factors(config), GGMLQuantizationType.F32)
     for name, values in weights.items():
         if name.endswith("q_proj.weight"):
             values = llama_cpp_permute(values, config["num_attention_heads"])

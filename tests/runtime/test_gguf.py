@@ -97,6 +97,20 @@ def test_f32_gguf_serves_the_checkpoint_exactly(plain_nano: Path, nano_gguf: Pat
     torch.testing.assert_close(_logits(nano_gguf, ids), _logits(plain_nano, ids), rtol=0, atol=1e-6)
 
 
+def test_llama31_rope_factors_serve_the_checkpoint(nano_llama: Path, tmp_path: Path) -> None:
+    # llama.cpp's converter stores Llama 3.1/3.2 scaling as a rope_freqs tensor and no metadata key; applied as
+    # llama.cpp does (inverse frequency / factor) it must give the HF checkpoint's positions.
+    assert read_model_config(nano_llama).rope_scaling.rope_type == "llama3"
+    scaled = write_gguf(nano_llama, tmp_path / "llama31.gguf")
+    config = read_model_config(scaled)
+    assert config.rope_scaling.rope_type == "default" and len(config.rope_scaling.freq_factors) == config.head_dim // 2
+    assert max(config.rope_scaling.freq_factors) > 1  # the test checkpoint's scaling moves some frequencies
+    ids = list(range(3, 48))  # what the 3 KV blocks of _logits hold
+    torch.testing.assert_close(_logits(scaled, ids), _logits(nano_llama, ids), rtol=0, atol=1e-5)
+    plain = write_gguf(without_rope_scaling(nano_llama, tmp_path / "plain"), tmp_path / "plain.gguf")
+    assert not torch.allclose(_logits(plain, ids), _logits(nano_llama, ids), atol=1e-3)  # scaling matters here
+
+
 @pytest.mark.parametrize(("qtype", "atol"), [(Q.F16, 0.01), (Q.Q8_0, 0.1)], ids=lambda v: getattr(v, "name", v))
 def test_quantized_gguf_stays_close(plain_nano: Path, tmp_path: Path, qtype: Q, atol: float) -> None:
     ids = list(range(3, 20))

@@ -14,6 +14,7 @@ import pytest
 from slotune.api import parse_tunedmodel
 from slotune.backends.kube_api import KubeAPI
 from slotune.backends.kube_deployment import KubernetesBackend
+from slotune.controller.status import readiness
 from slotune.knobs import KVCacheDtype, RuntimeConfig
 from slotune.loop import ApplyResult
 from slotune.settings import OperatorSettings
@@ -77,5 +78,28 @@ def test_unschedulable_replicas_fail_the_apply_and_the_previous_config_comes_bac
         assert "--kv-cache-dtype=fp8" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
         assert backend.deployed_config() == fp8
         assert pod_names(kube, namespace).isdisjoint(before)  # new pods for the new arguments
+    finally:
+        api.close()
+
+
+def test_pods_a_quota_refuses_are_reported_and_fail_the_apply(kube, namespace) -> None:
+    # No pod exists to carry the reason: the ReplicaSet controller's FailedCreate reaches the Deployment as its
+    # ReplicaFailure condition, which the status and the failed apply must name instead of waiting out the timeout.
+    apply(kube, {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-pods", "namespace": namespace},
+                 "spec": {"hard": {"pods": "0"}}})
+    manifest = tunedmodel("big", namespace, hardware={"accelerator": "nvidia-h100-80gb", "count": 1}, replicas=1,
+                          runtime={"engine": "vllm"}, tuning={"mode": "off"})
+    apply(kube, manifest)
+    tm = parse_tunedmodel(get(kube, "tunedmodel", "big", namespace))
+    settings = OperatorSettings(rollout_timeout_s=600, unschedulable_grace_s=5)
+    api = KubeAPI.from_environment(str(kube.kubeconfig))
+    recorded: list[tuple[str, str, bool]] = []
+    backend = KubernetesBackend(api, tm, settings, record=lambda *event: recorded.append(event))
+    try:
+        refused = settle(backend, tm.spec.initial_config())
+        assert not refused.ok and "exceeded quota" in refused.reason, refused.reason
+        assert ("RolloutFailed", refused.reason, True) in recorded
+        ready, message = readiness(get(kube, "deployment", "big-runtime", namespace))
+        assert not ready and "exceeded quota" in message and "0/1 pods ready" in message
     finally:
         api.close()

@@ -4,8 +4,8 @@
 for the builtin engine with hotReconfigure and no restart-only knob changed, it scales the Deployment if the replica
 count changed and POSTs `/admin/config` to the ready pods; otherwise it applies a re-rendered Deployment. It never
 waits: while the rollout is on its way it answers `rolling_out`, and the loop asks again on a later tick. A rollout
-that crash-loops, cannot pull, stays unschedulable past its grace or does not finish in time is a failed apply (the
-loop rolls back and never tries that config again).
+that crash-loops, cannot pull, stays unschedulable or uncreatable (a quota) past its grace or does not finish in time
+is a failed apply (the loop rolls back and never tries that config again).
 
 The invariant the status relies on: every ready pod runs the config the status says it runs (the running config, or
 during a canary the candidate on the canary pod: backends.kube_canary). `apply` reads each ready
@@ -87,6 +87,7 @@ class Rollout:
     done: bool
     problem: str | None = None  # set when waiting longer will not help
     progress: str = ""
+    blocked: str | None = None  # pods cannot be created now (a quota, an admission policy): may clear, may not
 
 
 @dataclass(frozen=True)
@@ -252,7 +253,7 @@ class KubernetesBackend:
             return None
         pods = None if state.problem else self.pods()  # one list per look, for both kinds of problem
         problem = state.problem or _pod_problem(pods or [], transient=False)
-        unschedulable = None if problem else _pod_problem(pods or [], transient=True)
+        unschedulable = None if problem else state.blocked or _pod_problem(pods or [], transient=True)
         if unschedulable is None:
             self._waiting_since.pop("unschedulable", None)
         elif self._waited("unschedulable") > self.settings.unschedulable_grace_s:
@@ -385,7 +386,16 @@ def rollout_state(deployment: dict[str, Any]) -> Rollout:
             and status.get("readyReplicas", 0) >= wanted and status.get("availableReplicas", 0) >= wanted)
     progress = (f"{status.get('updatedReplicas', 0)}/{wanted} updated, {status.get('readyReplicas', 0)}/{wanted} "
                 f"ready, {status.get('replicas', 0)} in all")
-    return Rollout(done, progress=progress)
+    return Rollout(done, progress=progress, blocked=None if done else _replica_failure(status))
+
+
+def _replica_failure(status: dict[str, Any]) -> str | None:
+    """The ReplicaSet controller's reason for not creating pods (FailedCreate: `exceeded quota`, a PodSecurity or
+    LimitRange refusal), which the Deployment carries as its ReplicaFailure condition; no pod exists to say it."""
+    for condition in status.get("conditions", []):
+        if condition.get("type") == "ReplicaFailure" and condition.get("status") == "True":
+            return f"pods cannot be created: {condition.get('message') or condition.get('reason', '')}"
+    return None
 
 
 def pod_ready(pod: dict[str, Any]) -> bool:

@@ -52,8 +52,8 @@ def readiness(deployment: dict[str, Any] | None) -> tuple[bool, str]:
     ready = deployment.get("status", {}).get("readyReplicas", 0)
     rollout = rollout_state(deployment)
     counted = f"{ready}/{wanted} pods ready"
-    if rollout.problem:
-        return ready >= wanted > 0, f"{counted}; {rollout.problem}"
+    if rollout.problem or rollout.blocked:
+        return ready >= wanted > 0, f"{counted}; {rollout.problem or rollout.blocked}"
     if rollout.done:
         return ready >= wanted > 0, counted
     return ready >= wanted > 0, f"{counted}, rollout in progress ({rollout.progress})"

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -37,6 +38,22 @@ def pod_names(kube, namespace: str) -> set[str]:
     return {p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")}
 
 
+@contextlib.contextmanager
+def vllm_backend(kube, namespace: str, gpus: int, settings: OperatorSettings,
+                 recorded: list[tuple[str, str, bool]]) -> Iterator[tuple[KubernetesBackend, RuntimeConfig]]:
+    """The backend of a TunedModel `big` (vLLM: every change goes through the Deployment, since kwok's pods run
+    nothing to reconfigure live) and its initial config. No operator runs here: the test drives the backend."""
+    apply(kube, tunedmodel("big", namespace, hardware={"accelerator": "nvidia-h100-80gb", "count": gpus}, replicas=1,
+                           runtime={"engine": "vllm"}, tuning={"mode": "off"}))
+    tm = parse_tunedmodel(get(kube, "tunedmodel", "big", namespace))
+    api = KubeAPI.from_environment(str(kube.kubeconfig))
+    try:
+        backend = KubernetesBackend(api, tm, settings, record=lambda *event: recorded.append(event))
+        yield backend, tm.spec.initial_config()
+    finally:
+        api.close()
+
+
 def settle(backend: KubernetesBackend, config: RuntimeConfig) -> ApplyResult:
     """Ask until the rollout is over: each answer in progress is one the operator would sleep a tick on. The loop
     ends on the backend's own verdict (done, hopeless, or its rollout timeout), not on a clock of the test's."""
@@ -47,19 +64,11 @@ def settle(backend: KubernetesBackend, config: RuntimeConfig) -> ApplyResult:
 
 def test_unschedulable_replicas_fail_the_apply_and_the_previous_config_comes_back(kube, namespace) -> None:
     # 4 GPUs per replica on the one 8-GPU H100 node: two replicas fit, three do not.
-    # vLLM: every change goes through the Deployment (kwok's pods run nothing to reconfigure live).
-    manifest = tunedmodel("big", namespace, hardware={"accelerator": "nvidia-h100-80gb", "count": 4}, replicas=1,
-                          runtime={"engine": "vllm"}, tuning={"mode": "off"})
-    apply(kube, manifest)  # no operator runs here: the test drives the backend itself
-    tm = parse_tunedmodel(get(kube, "tunedmodel", "big", namespace))
     # The grace outlasts pods of other tests' namespaces still terminating on the shared node (their GPUs come
     # back within it); replicas=3 stays unschedulable however long one waits.
     settings = OperatorSettings(rollout_timeout_s=90, unschedulable_grace_s=30)
-    api = KubeAPI.from_environment(str(kube.kubeconfig))
     recorded: list[tuple[str, str, bool]] = []
-    backend = KubernetesBackend(api, tm, settings, record=lambda *event: recorded.append(event))
-    try:
-        initial = tm.spec.initial_config()
+    with vllm_backend(kube, namespace, 4, settings, recorded) as (backend, initial):
         assert settle(backend, initial).ok
         assert settle(backend, initial.with_changes(replicas=2)).ok  # scaled, same pods kept
         before = pod_names(kube, namespace)
@@ -78,8 +87,6 @@ def test_unschedulable_replicas_fail_the_apply_and_the_previous_config_comes_bac
         assert "--kv-cache-dtype=fp8" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
         assert backend.deployed_config() == fp8
         assert pod_names(kube, namespace).isdisjoint(before)  # new pods for the new arguments
-    finally:
-        api.close()
 
 
 def test_pods_a_quota_refuses_are_reported_and_fail_the_apply(kube, namespace) -> None:
@@ -87,19 +94,11 @@ def test_pods_a_quota_refuses_are_reported_and_fail_the_apply(kube, namespace) -
     # ReplicaFailure condition, which the status and the failed apply must name instead of waiting out the timeout.
     apply(kube, {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-pods", "namespace": namespace},
                  "spec": {"hard": {"pods": "0"}}})
-    manifest = tunedmodel("big", namespace, hardware={"accelerator": "nvidia-h100-80gb", "count": 1}, replicas=1,
-                          runtime={"engine": "vllm"}, tuning={"mode": "off"})
-    apply(kube, manifest)
-    tm = parse_tunedmodel(get(kube, "tunedmodel", "big", namespace))
-    settings = OperatorSettings(rollout_timeout_s=600, unschedulable_grace_s=5)
-    api = KubeAPI.from_environment(str(kube.kubeconfig))
     recorded: list[tuple[str, str, bool]] = []
-    backend = KubernetesBackend(api, tm, settings, record=lambda *event: recorded.append(event))
-    try:
-        refused = settle(backend, tm.spec.initial_config())
+    settings = OperatorSettings(rollout_timeout_s=600, unschedulable_grace_s=5)
+    with vllm_backend(kube, namespace, 1, settings, recorded) as (backend, initial):
+        refused = settle(backend, initial)
         assert not refused.ok and "exceeded quota" in refused.reason, refused.reason
         assert ("RolloutFailed", refused.reason, True) in recorded
         ready, message = readiness(get(kube, "deployment", "big-runtime", namespace))
         assert not ready and "exceeded quota" in message and "0/1 pods ready" in message
-    finally:
-        api.close()

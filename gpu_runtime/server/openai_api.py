@@ -91,7 +91,9 @@ class OpenAIHandlers:
 
     async def chat(self, body: ChatCompletionRequest, request: Request) -> Response | ChatCompletionResponse:
         self._check_model(body.model)
-        prompt_ids = self._prompt_ids(self.model.chat_template.render(body.messages))
+        prompt = self.model.chat_template.render(body.messages, body.add_generation_prompt,
+                                                 body.continue_final_message, body.chat_template_kwargs)
+        prompt_ids = self._prompt_ids(prompt)
         # Chat defaults to the rest of the context, as vLLM does.
         params = self._params(body, prompt_ids, body.output_limit or self.model.max_model_len - len(prompt_ids))
         request_id = f"chatcmpl-{uuid.uuid4().hex}"

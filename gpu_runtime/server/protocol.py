@@ -163,6 +163,10 @@ class ChatCompletionRequest(_SamplingFields):
     response_format: ResponseFormat | None = None
     tools: list[dict[str, object]] | None = None
     tool_choice: str | dict[str, object] | None = None
+    # vLLM's chat template controls: the assistant header, a reply that continues the last message, template options
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template_kwargs: dict[str, object] | None = None
 
     @model_validator(mode="after")
     def _top_logprobs_need_logprobs(self) -> ChatCompletionRequest:

@@ -157,3 +157,16 @@ def test_tools_with_tool_choice_none_and_text_format_are_served(client: openai.O
         model=MODEL_NAME, messages=[{"role": "user", "content": "x"}], max_tokens=3, response_format={"type": "text"},
         tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}], tool_choice="none")
     assert reply.usage.completion_tokens >= 1
+
+
+def test_a_reply_can_continue_the_final_message(client: openai.OpenAI) -> None:
+    user = [{"role": "user", "content": "x"}]
+    fresh = client.chat.completions.create(model=MODEL_NAME, messages=user, max_tokens=1)
+    continued = client.chat.completions.create(
+        model=MODEL_NAME, messages=[*user, {"role": "assistant", "content": "Sure"}], max_tokens=1,
+        extra_body={"continue_final_message": True, "add_generation_prompt": False})
+    # The same prompt up to the assistant header, then the reply's start with no end-of-turn after it.
+    assert fresh.usage.prompt_tokens < continued.usage.prompt_tokens <= fresh.usage.prompt_tokens + 4
+    with pytest.raises(openai.BadRequestError, match="cannot both"):
+        client.chat.completions.create(model=MODEL_NAME, messages=user, max_tokens=1,
+                                       extra_body={"continue_final_message": True})

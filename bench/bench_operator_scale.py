@@ -61,6 +61,7 @@ NEWCOMERS = 20  # TunedModels created one at a time into the steady fleet
 PACED, PACED_PER_S = 100, 1.0
 SCRAPE_INTERVAL_S = 15.0  # a thousand targets on two cores: a shorter interval starves the exporter
 GROUP, VERSION, PLURAL = "slotune.io", "v1alpha1", "tunedmodels"
+WORKERS = 16  # slotune.settings.OperatorSettings.workers: the operator's default, which the bench runs with
 PHASES_DUE = 15  # slotune.controller.windows.PHASES: instants a window's ends are spread over in a large namespace
 
 
@@ -351,6 +352,13 @@ def run_count(cluster: kwok_cluster.Cluster, n: int, window_s: float, workdir: P
         "tick_lag_s": {"p50_at_most": bucket_quantile(before[0], after[0], "slotune_operator_tick_lag_seconds", 50),
                        "p99_at_most": bucket_quantile(before[0], after[0], "slotune_operator_tick_lag_seconds", 99),
                        "ticks": delta(0, "slotune_operator_tick_lag_seconds_count")},
+        # Why ticks lag: the workers' busy share (tick time / (workers x time)); near 1, ticks queue for a worker.
+        "tick_duration_s": {
+            "mean": round(delta(0, "slotune_operator_tick_duration_seconds_sum")
+                          / max(1.0, delta(0, "slotune_operator_tick_duration_seconds_count")), 3),
+            "p99_at_most": bucket_quantile(before[0], after[0], "slotune_operator_tick_duration_seconds", 99),
+            "workers_busy_share": round(delta(0, "slotune_operator_tick_duration_seconds_sum") / steady_s
+                                        / WORKERS, 2)},
         "window_read_delay_s": {
             "p50_at_most": bucket_quantile(before[0], after[0], "slotune_operator_window_read_delay_seconds", 50),
             "p99_at_most": bucket_quantile(before[0], after[0], "slotune_operator_window_read_delay_seconds", 99),
@@ -437,6 +445,14 @@ def _q(run: dict[str, Any], key: str) -> str:
     return str((run.get(key) or {}).get("p99_at_most", "?"))  # runs recorded before the measure: "?"
 
 
+def _workers(run: dict[str, Any]) -> str:
+    ticks = run.get("tick_duration_s")
+    if not ticks:
+        return " on 8 workers"  # runs recorded before the measure
+    return (f", each {ticks['mean']:.2f} s on a worker on average (p99 <= {ticks['p99_at_most']} s): the "
+            f"{WORKERS} workers were {ticks['workers_busy_share']:.0%} busy")
+
+
 def _paced(run: dict[str, Any]) -> str:
     paced = run.get("paced_create_to_deployment_s")
     if not paced:
@@ -473,7 +489,7 @@ def limit(result: dict[str, Any]) -> str:
         f"its window's end (inf: over 120 s), queued <= {_q(run, 'window_read_queued_s')} s for a reader thread "
         f"and took <= {_q(run, 'window_read_duration_s')} s (p99; a TunedModel registers for its window before it "
         f"ends, a late one for its next instant, so an instant's one read covers it), and "
-        f"{run['tick_lag_s']['ticks'] / n / STEADY_WINDOWS:.1f} ticks per TunedModel per window on 8 workers. "
+        f"{run['tick_lag_s']['ticks'] / n / STEADY_WINDOWS:.1f} ticks per TunedModel per window{_workers(run)}. "
         f"The burst of {n} creates is bound by the API server, shared by every client: it "
         f"served {burst['apiserver_requests_per_s']:.0f} requests/s over the {burst['seconds']:.0f} s the burst "
         f"took, and each create cost {burst['requests_per_create_all_clients']:.1f} requests from all clients "

@@ -75,6 +75,7 @@ def test_three_thread_pools_of_tunedmodels_all_deploy_and_measure(kube, namespac
     assert sigterm_s < SIGTERM_S, log[-3000:]  # issue 15's bar at any scale (at 500-1,000 a read in flight held it)
     assert delete_s < DELETE_S, log[-3000:]
     assert "tick failed" not in log, log
+    assert "Activity 'close' succeeded" in log and "stopped: the event loop ended" in log, log[-3000:]
     for tm in items(kube, "tunedmodels", namespace):
         metrics = next(c for c in tm["status"]["conditions"] if c["type"] == "MetricsAvailable")
         assert metrics["status"] == "True", tm["status"]

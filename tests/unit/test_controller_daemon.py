@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -137,3 +138,38 @@ def test_a_new_daemon_ticks_only_after_its_own_create_handler_however_long_it_qu
         memo.pool.shutdown(wait=True)
         memo.api.close()
     assert body.metadata.uid not in memo.handled.done  # a deleted TunedModel is forgotten
+
+
+def test_a_daemon_waiting_for_a_busy_worker_exits_within_kopfs_instant_exit() -> None:
+    """kopf gives a stopped daemon 10 zero-time cycles (or instant_exit_timeout) before it cancels it, and on a
+    delete a daemon that outlives that costs its finalizer another round (at 1,000 TunedModels ticks wait seconds for
+    a worker). Waiting for a worker, the daemon must see the stop flag at once."""
+    memo = _memo(tick_s=0.01)
+    memo.pool.shutdown(wait=True)
+    memo.pool = ThreadPoolExecutor(max_workers=1)
+    busy = threading.Event()
+    memo.pool.submit(busy.wait, 30)  # every worker busy: the daemon's first call queues behind it
+    setter: aioenums.FlagSetter = aioenums.FlagSetter()
+    stopped = aioenums.AsyncFlagWaiter(setter)
+
+    async def scenario() -> int:
+        daemon = asyncio.create_task(tune(body=_body(), memo=memo, stopped=stopped))
+        deadline = time.monotonic() + 30
+        while memo.pool._work_queue.qsize() == 0:  # progress: the daemon's call is queued for the worker
+            assert time.monotonic() < deadline and not daemon.done()
+            await asyncio.sleep(0.01)
+        setter.set(kopf.DaemonStoppingReason.RESOURCE_DELETED)
+        for cycle in range(10):  # kopf's instant exit: ten zero-time cycles
+            if daemon.done():
+                return cycle
+            await asyncio.sleep(0)
+        daemon.cancel()
+        return 10
+
+    try:
+        cycles = asyncio.run(scenario())
+    finally:
+        busy.set()
+        memo.pool.shutdown(wait=True)
+        memo.api.close()
+    assert cycles < 10

@@ -16,7 +16,7 @@ import logging
 import os
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from slotune.settings import env_names, load_settings
 
@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             help=f"{text} (env {variables[name]})")
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> NoReturn:
     # Flags win over the environment; the handlers read the settings from the environment at start-up.
     for name, variable in env_names().items():
         if (value := getattr(args, name, None)) is not None:
@@ -68,7 +68,13 @@ def run(args: argparse.Namespace) -> int:
         priority=secrets.randbelow(2**31 - 1) + 1,
         liveness_endpoint=settings.liveness_endpoint or None,
     ))
-    return 0
+    # Stopped: the daemons are gone, the cleanup ran, and every TunedModel's state is in its status. The
+    # interpreter's own exit would still join each worker thread in a call (a tick's request to a busy API server,
+    # a read's last query) and tear down a heap of hundreds of MiB: at 1,000 TunedModels the process exited 8-10 s
+    # after kopf's cleanup had finished, nothing logged in between. The log is flushed, then the process ends.
+    logging.getLogger(__name__).info("stopped: the event loop ended; exiting")
+    logging.shutdown()
+    os._exit(0)
 
 
 def _probe(check: Callable[[], dict[str, object]]) -> Callable[..., Awaitable[dict[str, object]]]:

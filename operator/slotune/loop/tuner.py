@@ -37,6 +37,7 @@ from slotune.loop.attainment import as_percentiles, interpolation_evidence, obse
 from slotune.loop.protocols import ApplyResult, Backend, MeasurementSource, MetricsUnavailable, StateStore, WindowOpen
 from slotune.loop.shift import MAX_REFERENCE, Shift, WindowLoad, detect_shift
 from slotune.loop.state import HistoryRecord, InfeasibleReport, PendingChange, TuningState, now_utc
+from slotune.loop.worst_miss import judged_by_worst_miss
 from slotune.perfmodel.accelerators import accelerator
 from slotune.perfmodel.deployment import Deployment
 from slotune.perfmodel.model_profile import ModelProfile
@@ -392,6 +393,9 @@ class Tuner:
         quality = self.quality.check(pending.previous, pending.config) if self.quality is not None else None
         if quality is not None and quality.pending:  # its requests are in this window anyway: judge the next one
             return state.evolve(message=f"{pending.change}: {quality.reason}; the window is not judged"), False
+        if pending.canary_pod is None and not pending.trim:
+            verdict = judged_by_worst_miss(verdict, baseline, snapshot, judged, pending.target_metric,
+                                           pending.target_percentile)
         verdict = self._with_quality(verdict, quality)
         if pending.trim:
             met = self.problem.slo.is_met(snapshot)

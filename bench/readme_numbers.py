@@ -142,7 +142,8 @@ def tuner_rows(tuner: Result) -> list[str]:
         _row("tuner, infeasible called within 2 changes of the first window whose evidence sufficed (the model: a "
              "target below every allowed floor, or a load far beyond maxReplicas; measured: TTFT and TPOT both missed "
              "at the roomiest allowed config)",
-             f"slotune **{within} of {on_evidence}**" + ("" if most is None else f", at most {most} changes after it")
+             f"slotune **{within} of {on_evidence}**"
+             + ("" if most is None else f", at most {most} change{'' if most == 1 else 's'} after it")
              + f"; {ours['infeasible_recognised'] - on_evidence} more called after every remedy was tried", "tuner.md"),
         _row("tuner, slotune's final config meets the SLO on 3 fresh windows of traffic no strategy measured",
              f"**{held} of {len(fresh)}** feasible scenarios ({sum(fresh)} of {3 * len(fresh)} windows)", "tuner.md"),

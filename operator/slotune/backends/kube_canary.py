@@ -8,7 +8,9 @@ annotation; the next `apply` then brings every pod to one config: the candidate 
 sent anything) or the running one (roll back: only the canary pod is). A canary is started only for a change the
 pods take live (builtin engine, hotReconfigure, no restart-only knob, same replica count) with two or more ready
 pods; a change that needs a restart is a canary on one extra pod of its own Deployment where the bounds leave room
-(backends.kube_canary_pod); anything else is verified before/after.
+(backends.kube_canary_pod); anything else is verified before/after. A started canary names its pod's OpenAI
+endpoint, where the quality gate probes a change that can alter outputs on the canary pod alone (the Service
+would mix both configs' answers).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from slotune.backends.kube_api import object_path
 from slotune.backends.kube_canary_pod import delete_extra_pod, start_extra_pod
 from slotune.knobs import RuntimeConfig
 from slotune.loop.protocols import ApplyResult
+from slotune.resources import RUNTIME_PORT
 
 if TYPE_CHECKING:
     from slotune.backends.kube_deployment import KubernetesBackend
@@ -51,6 +54,17 @@ class CanaryAssignment:
 class CanaryStart:
     pod: str
     result: ApplyResult  # how sending the candidate to the canary pod went (in progress, ok, failed)
+    endpoint: str | None = None  # the canary pod's OpenAI endpoint (base URL), once it has a pod
+
+
+def openai_endpoint(backend: KubernetesBackend, pod: dict[str, Any]) -> str | None:
+    """A pod's OpenAI base URL, as the quality gate reaches the ready pods: the pod endpoints file where one is set
+    (tests, a laptop), else the pod IP; None for a pod with neither yet."""
+    if backend.settings.pod_endpoints_file is not None:
+        listed = backend.settings.pod_endpoints().get(f"{backend.namespace}/{pod['metadata']['name']}")
+        return listed.rstrip("/") if listed else None
+    ip = (pod.get("status") or {}).get("podIP")
+    return f"http://{ip}:{RUNTIME_PORT}" if ip else None
 
 
 def start_canary(backend: KubernetesBackend, running: RuntimeConfig, candidate: RuntimeConfig) -> CanaryStart | None:
@@ -66,15 +80,15 @@ def start_canary(backend: KubernetesBackend, running: RuntimeConfig, candidate: 
     if running.replicas < 2:
         return None
     existing = CanaryAssignment.of(deployment)
+    ready = {p["metadata"]["name"]: p for p in backend.ready_pods()}
     if existing is not None and existing.config == candidate:
         pod = existing.pod
     else:
-        ready = sorted(p["metadata"]["name"] for p in backend.ready_pods())
         if len(ready) < 2:
             return None
-        pod = ready[0]
+        pod = min(ready)
         _annotate(backend, CanaryAssignment(pod, candidate).annotation())
-    return CanaryStart(pod, backend.apply(running))
+    return CanaryStart(pod, backend.apply(running), openai_endpoint(backend, ready[pod]) if pod in ready else None)
 
 
 def end_canary(backend: KubernetesBackend) -> None:

@@ -69,7 +69,7 @@ def canary_pods(backend: KubernetesBackend) -> list[dict[str, Any]]:
 def start_extra_pod(backend: KubernetesBackend, running: RuntimeConfig, candidate: RuntimeConfig) -> CanaryStart | None:
     """Create the canary Deployment (or find it), and say how its pod stands: rolling out until it is Ready, then
     its name; a failure (crash loop, never ready in the rollout timeout) deletes it. None when there is no room."""
-    from slotune.backends.kube_canary import CanaryStart
+    from slotune.backends.kube_canary import CanaryStart, openai_endpoint
     from slotune.backends.kube_deployment import pod_problem, pod_ready, rollout_state
 
     existing = canary_deployment(backend)
@@ -104,7 +104,8 @@ def start_extra_pod(backend: KubernetesBackend, running: RuntimeConfig, candidat
     if serving is not None:
         return CanaryStart("", serving)
     backend._forget("canary-pod")
-    return CanaryStart(ready[0]["metadata"]["name"], ApplyResult.success(changed=True))
+    return CanaryStart(ready[0]["metadata"]["name"], ApplyResult.success(changed=True),
+                       openai_endpoint(backend, ready[0]))
 
 
 def _serving(backend: KubernetesBackend, pod: dict[str, Any], wanted: RuntimeConfig) -> ApplyResult | None:

@@ -4,8 +4,13 @@ A backend that can run a candidate on one replica (`CanaryBackend`, the Kubernet
 a window per replica (`CanarySource`, Prometheus grouped by pod) make a change a canary when the backend agrees (a
 live change, same replica count, two or more ready replicas). The window of the canary is judged by slotune.canary
 (the canary pod against its siblings over the same window) instead of before/after; the verdict says which was
-used. Without either capability, for a trim (a replica change), or for a change that can alter outputs (its quality
-gate probes through the Service, which would mix both arms), the change is verified before/after as ever.
+used. Without either capability, or for a trim (a replica change), the change is verified before/after as ever.
+
+A change that can alter outputs (8-bit weights, the KV dtype, speculation) is a canary too when the backend names
+the canary pod's endpoint: its quality gate probes that pod alone (the Service would mix both configs' answers)
+and is judged first, before any latency window (`quality_first`), so a change that breaks quality is rolled back
+on the canary pod as soon as it is measured, having served only that pod's share of the traffic; one that holds is
+then judged on latency as any canary. A backend that names no endpoint verifies such a change before/after.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ from typing import Protocol, runtime_checkable
 
 from slotune.canary import CanaryOutcome
 from slotune.canary_pool import MAX_LOOKS, CanaryPool, judge_pooled, pooled
-from slotune.knobs import QUALITY_KNOBS, RuntimeConfig
+from slotune.knobs import RuntimeConfig
 from slotune.loop.protocols import ApplyResult
 from slotune.loop.state import PendingChange
 from slotune.metrics.per_pod import ArmWindows
 from slotune.metrics.window import MetricsUnavailable
+from slotune.quality.gate import QualityProbe, QualityVerdict
 from slotune.slo import SLOSpec
 from slotune.verification import MetricChange, Verification
 
@@ -29,7 +35,7 @@ BEFORE_AFTER = "before/after (the window before the change vs the window after i
 
 class Started(Protocol):
     pod: str
-    result: ApplyResult
+    result: ApplyResult  # the backend may also name `endpoint`: the canary pod's OpenAI base URL
 
 
 @runtime_checkable
@@ -54,16 +60,32 @@ class CanarySource(Protocol):
 class CanaryStarted:
     pod: str
     result: ApplyResult
+    endpoint: str | None = None
 
 
-def start(backend: object, source: object, pending: PendingChange) -> CanaryStarted | None:
-    """Try `pending` as a canary; None when it is verified before/after (see the module docstring)."""
+def start(backend: object, source: object, pending: PendingChange, gated: bool = False) -> CanaryStarted | None:
+    """Try `pending` as a canary; None when it is verified before/after (see the module docstring). `gated`: the
+    change is judged by the quality gate, which needs the canary pod's own endpoint."""
     if pending.trim or not isinstance(backend, CanaryBackend) or not isinstance(source, CanarySource):
         return None
-    if pending.previous.changed_knobs(pending.config) & QUALITY_KNOBS:
-        return None  # the quality gate probes through the Service: it would read both arms mixed
     started = backend.start_canary(pending.previous, pending.config)
-    return None if started is None else CanaryStarted(started.pod, started.result)
+    if started is None:
+        return None
+    endpoint = getattr(started, "endpoint", None)
+    if gated and started.result.ok and not endpoint:
+        backend.end_canary()  # no way to probe the canary alone: before/after, every pod on the candidate
+        return None
+    return CanaryStarted(started.pod, started.result, endpoint)
+
+
+def quality_first(quality: QualityProbe | None, pending: PendingChange | None) -> QualityVerdict | None:
+    """The quality gate's word on an applied canary, probed on the canary pod alone, when it holds the canary up:
+    still measuring (`pending`) or broken. None when the latency windows may be judged: no canary, a change that
+    cannot alter outputs, or quality that holds."""
+    if quality is None or pending is None or not pending.applied or pending.canary_pod is None:
+        return None
+    verdict = quality.check(pending.previous, pending.config, pending.canary_endpoint)
+    return None if verdict is None or verdict.keep else verdict
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ class PendingChange(_Frozen):
     applied: bool = False
     canary_pod: str | None = None  # verified as a canary: this pod runs `config`, its siblings `previous`
     canary_pool: CanaryPool | None = None  # the canary's inconclusive windows so far, both arms pooled
+    canary_endpoint: str | None = None  # the canary pod's OpenAI endpoint: the quality gate probes it alone
     drain_windows: int = 0  # windows not judged while a capacity increase drained the old backlog (loop.drain)
     drain_backlog: float | None = None  # the last such window's mean waiting requests, all replicas
 

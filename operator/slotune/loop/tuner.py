@@ -55,7 +55,7 @@ from slotune.policy import (
     squeeze_verdict,
 )
 from slotune.policy.best_effort import without_targets
-from slotune.quality.gate import QualityProbe, QualityVerdict
+from slotune.quality.gate import QualityProbe, QualityVerdict, alters_outputs
 from slotune.slo import SLOSpec
 from slotune.slo_bound import CONFIDENCE, bounds, pool, tightened
 from slotune.snapshot import MetricsSnapshot
@@ -123,6 +123,8 @@ class Tuner:
             return self._reopen_if_changed(state)
         if state.pending is not None and not state.pending.applied:
             return self._save(self._apply_pending(state))
+        if (quality := loop_canary.quality_first(self.quality, state.pending)) is not None:
+            return self._canary_quality(state, quality)  # judged on the canary pod before any latency window
         if self.clock() < state.cooldown_until_s:
             self.wake_at_s = state.cooldown_until_s
             return state
@@ -355,18 +357,20 @@ class Tuner:
         # The reference is recorded while the previous config still serves; until it is, the change stays an intent.
         if self.quality is not None and not self.quality.before(pending.previous, pending.config):
             return state.evolve(message=f"recording the quality reference before {pending.change}")
-        canary = loop_canary.start(self.backend, self.source, pending)  # None: verified before/after
+        gated = self.quality is not None and alters_outputs(pending.previous, pending.config)
+        canary = loop_canary.start(self.backend, self.source, pending, gated)  # None: verified before/after
         result = canary.result if canary is not None else self.backend.apply(pending.config)
         if result.in_progress:  # stays an unapplied intent: the next step asks the backend again
             return state.evolve(message=f"rolling out {pending.change}: {result.reason}")
         applied = state.changes_applied + 1
         if result.ok:
             if self.quality is not None:  # the candidate's probe run starts now: its verdict is due by the window's
-                self.quality.check(pending.previous, pending.config)
+                self.quality.check(pending.previous, pending.config, canary and canary.endpoint)
             on = "" if canary is None else (f" on canary pod {canary.pod} (its siblings keep running "
                                             f"{pending.previous.describe()})")
-            return state.evolve(pending=pending.model_copy(update={"applied": True,
-                                                                   "canary_pod": canary and canary.pod}),
+            return state.evolve(pending=pending.model_copy(update={
+                                    "applied": True, "canary_pod": canary and canary.pod,
+                                    "canary_endpoint": canary and canary.endpoint}),
                                 changes_applied=applied, tried_keys=state.tried_keys | {pending.config.key()},
                                 phase=Phase.VERIFYING, cooldown_until_s=self.clock() + self.problem.tuning.cooldown_s,
                                 message=f"verifying {pending.change}{on}")
@@ -390,7 +394,8 @@ class Tuner:
         verdict = canary if pending.canary_pod is not None else verify(
             baseline, snapshot, pending.target_metric, pending.target_percentile, judged,
             costs_nothing=costs_nothing(pending.previous, pending.config), earlier_after=state.first_after)
-        quality = self.quality.check(pending.previous, pending.config) if self.quality is not None else None
+        quality = (self.quality.check(pending.previous, pending.config, pending.canary_endpoint)
+                   if self.quality is not None else None)
         if quality is not None and quality.pending:  # its requests are in this window anyway: judge the next one
             return state.evolve(message=f"{pending.change}: {quality.reason}; the window is not judged"), False
         if pending.canary_pod is None and not pending.trim:
@@ -476,6 +481,25 @@ class Tuner:
                                                                "canary_pool": None}),
                             changes_applied=state.changes_applied - 1,
                             message=f"{pending.change}: canary lost ({unjudged.reason}); starting it again")
+
+    def _canary_quality(self, state: TuningState, quality: QualityVerdict) -> TuningState:
+        """The canary's quality gate is still probing its pod (wait: no latency window is judged before it), or
+        broke: the canary pod alone goes back to the previous config, before any latency window."""
+        pending, baseline = state.pending, state.baseline
+        assert pending is not None and baseline is not None
+        if quality.pending:
+            message = f"{pending.change}: {quality.reason} on canary pod {pending.canary_pod}"
+            return state if state.message == message else self._save(state.evolve(message=message))
+        self.backend.end_canary()  # type: ignore[attr-defined]
+        reason = f"canary verification on pod {pending.canary_pod}, quality judged first: {quality.reason}"
+        entry = self._entry(state, pending, Verdict.ROLLED_BACK, reason)
+        moves = (*state.rolled_back_moves, move_key(pending.previous, pending.config))
+        state = self._restore(state.record(entry).evolve(pending=None, phase=Phase.TUNING, rolled_back_moves=moves,
+                                                         message=f"rolled back {pending.change}: {reason}"),
+                              pending.previous)
+        if state.phase is Phase.DEGRADED or state.rollout is not None:
+            return self._save(state)
+        return self._save(self._decide(state.evolve(baseline=None), baseline))
 
     @staticmethod
     def _with_quality(verdict: Verification, quality: QualityVerdict | None) -> Verification:

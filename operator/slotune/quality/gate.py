@@ -9,6 +9,11 @@ restart of the process) is not kept. References can be kept in a directory, so a
 A recording takes a probe set's worth of requests (16-32 s for SmolLM2 on a busy CPU): local mode records in the
 call, the operator in the background (`in_background`), so a tick never waits on it; until a recording is done,
 `before` answers False and `check` a pending verdict, and the loop asks again on a later step.
+
+A canary (slotune.loop.canary) runs the candidate on one pod while its siblings keep the previous config, so the
+Service would mix both configs' answers: `check` is then given the canary pod's endpoint (`on`) and probes it
+alone. Its reference is the one recorded before the change, or, when that was lost (an operator restarted
+mid-canary), a recording of the sibling pods, which still run the previous config.
 """
 
 from __future__ import annotations
@@ -45,9 +50,10 @@ class QualityProbe(Protocol):
         False while that recording runs (ask again later); True once done, or when nothing is needed."""
         ...
 
-    def check(self, previous: RuntimeConfig, config: RuntimeConfig) -> QualityVerdict | None:
+    def check(self, previous: RuntimeConfig, config: RuntimeConfig, on: str | None = None) -> QualityVerdict | None:
         """Called while `config` serves: the verdict on its outputs (`pending` while it is being measured), or None
-        for a change that cannot alter them."""
+        for a change that cannot alter them. `on`: the OpenAI endpoint of the one pod that runs `config` (a canary;
+        the others run `previous`), else every endpoint serves it."""
         ...
 
 
@@ -120,25 +126,27 @@ class QualityGate:
             self._path(previous).write_text(reference.model_dump_json())
         return True
 
-    def check(self, previous: RuntimeConfig, config: RuntimeConfig) -> QualityVerdict | None:
+    def check(self, previous: RuntimeConfig, config: RuntimeConfig, on: str | None = None) -> QualityVerdict | None:
         if not self.spec.enabled or not alters_outputs(previous, config):
             return None
         key = (previous.key(), config.key())
         if key not in self._verdicts:  # a verdict waiting on one more latency window is not measured twice
-            verdict = self._judge(previous, key)
+            verdict = self._judge(previous, key, on)
             if verdict.pending:
                 return verdict
             self._verdicts[key] = verdict
             self.checks.append(QualityCheck(previous, config, verdict))
         return self._verdicts[key]
 
-    def _recording(self, key: tuple[str, ...]) -> QualityRecord | str | None:
-        """The probe set's answers for `key`: recorded on the first call, then the record (or why there is none)
-        once done; None while the recording runs."""
+    def _recording(self, key: tuple[str, ...],
+                   urls: Callable[[], Sequence[str]] | None = None) -> QualityRecord | str | None:
+        """The probe set's answers for `key`, asked of `urls()` (every serving endpoint by default): recorded on the
+        first call, then the record (or why there is none) once done; None while the recording runs."""
         future = self._running.get(key)
         if future is None:
+            ask = urls or self.urls
             future = self._running[key] = self._submit(
-                lambda: self.recorder(self.urls(), self.model, self.spec.probe_max_tokens))
+                lambda: self.recorder(ask(), self.model, self.spec.probe_max_tokens))
         if not future.done():
             return None
         del self._running[key]
@@ -147,12 +155,17 @@ class QualityGate:
         except RecordFailed as error:
             return str(error)
 
-    def _judge(self, previous: RuntimeConfig, key: tuple[str, str]) -> QualityVerdict:
+    def _judge(self, previous: RuntimeConfig, key: tuple[str, str], on: str | None) -> QualityVerdict:
         reference = self._reference(previous)
+        if reference is None and on is not None:  # a canary's siblings still run `previous`: record it there
+            reference = self._recording(("reference", previous.key()), lambda: self._siblings(on))
+            if reference is None:
+                return PENDING
+            self._references[previous.key()] = reference
         if not isinstance(reference, QualityRecord):
             why = reference or "no reference was recorded before the change (the process restarted)"
             return QualityVerdict(False, f"quality not measured: {why}")
-        candidate = self._recording(("candidate", *key))
+        candidate = self._recording(("candidate", *key), None if on is None else lambda: [on])
         if candidate is None:
             return PENDING
         if not isinstance(candidate, QualityRecord):
@@ -162,6 +175,9 @@ class QualityGate:
         if broken:
             return QualityVerdict(False, f"quality: {'; '.join(broken)} ({measured.describe()})", measured)
         return QualityVerdict(True, f"quality holds: {measured.describe()}", measured)
+
+    def _siblings(self, canary: str) -> list[str]:
+        return [url for url in self.urls() if url.rstrip("/") != canary.rstrip("/")]
 
     def _broken(self, measured: QualityMeasurement) -> list[str]:
         spec = self.spec

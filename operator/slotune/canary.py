@@ -15,7 +15,10 @@ better and no SLO percentile is worse; it is rolled back otherwise (worse: with 
 improvement shown). Under A/A (the same config on both arms) a promotion needs the percentile's or the median's
 test to fire by chance: the false-promote rate is at most ALPHA (Bonferroni) if the requests of a window were
 exchangeable between the arms (bench/bench_canary.py measures it on real runtimes, where per-replica queues make
-them only roughly so).
+them only roughly so). Pods are not exchangeable on shared cores (two processes of one config measured 1.2-1.5x apart
+in median in one window), so where the loop has A/A observations of its pods' spread (slotune.canary_noise), a
+shift is called only when the ratio is also beyond that spread's floor at the same level; within it, it is no
+change, and the verdict says so.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from slotune.canary_noise import NoiseFloor
 from slotune.loadgen.compare import Comparison, Difference, compare_histograms, compare_samples
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencyMetric, LatencySummary, MetricsSnapshot
@@ -72,36 +76,47 @@ class Shift:
     verdict: Difference
     test: Comparison  # the percentile's own test
     median: Comparison | None = None  # the median's, when it decided
+    spread: float | None = None  # the pods' A/A floor that explained a shift the test saw (verdict: no change)
 
     def describe(self) -> str:
         own = _describe(self.name, self.test)
-        return own if self.median is None else f"{_describe('median', self.median)} ({own})"
+        text = own if self.median is None else f"{_describe('median', self.median)} ({own})"
+        return text if self.spread is None else f"{text}, within the pods' A/A spread x{self.spread:.2f}"
 
 
-def shift(baseline: LatencySummary, canary: LatencySummary, name: str, percentile: int, alpha: float) -> Shift:
+def shift(baseline: LatencySummary, canary: LatencySummary, metric: LatencyMetric, percentile: int, alpha: float,
+          floor: NoiseFloor | None = None) -> Shift:
     """The percentile's test; where it sees no difference, the median's, if the percentile's estimate moved the
     same way by MIN_EFFECT (a tail has few requests above it, and ties in its bucket only count against the test:
-    a canary whose every request sits in the top bucket moves the median, not the pooled P99's exceedances)."""
+    a canary whose every request sits in the top bucket moves the median, not the pooled P99's exceedances).
+    A shift the pods' own A/A spread explains (`floor`, at the same level) is no change."""
+    name = f"{metric.value}_p{percentile}"
     test = compare_arms(baseline, canary, percentile, alpha)
+    if test.verdict in (Difference.BETTER, Difference.WORSE):
+        spread = floor.explains(metric, percentile, test.ratio, alpha) if floor is not None else None
+        return Shift(name, Difference.NO_CHANGE if spread else test.verdict, test, spread=spread)
     if test.verdict is not Difference.NO_CHANGE or percentile == 50 or test.ratio is None:
         return Shift(name, test.verdict, test)
     median = compare_arms(baseline, canary, 50, alpha)
     if median.verdict is Difference.BETTER and test.ratio <= 1 - MIN_EFFECT:
-        return Shift(name, Difference.BETTER, test, median)
-    if median.verdict is Difference.WORSE and test.ratio >= 1 + MIN_EFFECT:
-        return Shift(name, Difference.WORSE, test, median)
-    return Shift(name, Difference.NO_CHANGE, test)
+        moved = Difference.BETTER
+    elif median.verdict is Difference.WORSE and test.ratio >= 1 + MIN_EFFECT:
+        moved = Difference.WORSE
+    else:
+        return Shift(name, Difference.NO_CHANGE, test)
+    spread = floor.explains(metric, 50, median.ratio, alpha) if floor is not None else None
+    return Shift(name, Difference.NO_CHANGE if spread else moved, test, median, spread)
 
 
 def judge(baseline: MetricsSnapshot, canary: MetricsSnapshot, target: LatencyMetric, percentile: int,
-          slo: SLOSpec, alpha: float = ALPHA) -> CanaryVerdict:
-    """Promote or roll back the canary from one window of both arms (see the module docstring for the rule)."""
+          slo: SLOSpec, alpha: float = ALPHA, floor: NoiseFloor | None = None) -> CanaryVerdict:
+    """Promote or roll back the canary from one window of both arms (see the module docstring for the rule);
+    `floor`: the pods' A/A spread (slotune.canary_noise), None for the exact test alone."""
     alpha = alpha / 2
     others = [t for t in slo.targets() if (t.metric, t.percentile) != (target, percentile)]
-    targeted = shift(baseline.latency(target), canary.latency(target), f"{target.value}_p{percentile}", percentile,
-                     alpha)
-    checks = [targeted] + [shift(baseline.latency(t.metric), canary.latency(t.metric), t.name, t.percentile, alpha)
-                           for t in others]
+    targeted = shift(baseline.latency(target), canary.latency(target), target, percentile, alpha, floor)
+    checks = [targeted] + [shift(baseline.latency(t.metric), canary.latency(t.metric), t.metric, t.percentile,
+                                 alpha, floor) for t in others]
     worse = [check for check in checks if check.verdict is Difference.WORSE]
     if targeted.verdict is Difference.TOO_FEW_SAMPLES:
         return CanaryVerdict(CanaryOutcome.TOO_FEW_SAMPLES, targeted.test, (),

@@ -13,8 +13,9 @@ ALPHA / 2 / (MAX_LOOKS - 1). Whatever the looks see, P(promote at some look | A/
 each look's test holds its level (the union bound; it needs no independence between looks, which share data).
 A look is a window in which both arms served requests (an empty arm is not a test and spends nothing).
 Another look is taken only when the canary is inconclusive and moved the right way (NO_GAIN with the targeted
-estimate at least MIN_EFFECT better: the before/after rule), and never after MAX_LOOKS: a canary that showed
-nothing by then, or moved the wrong way, is rolled back; a worse canary is rolled back at the look that shows it.
+estimate at least MIN_EFFECT better, the before/after rule, and its median not MIN_EFFECT worse), and never after
+MAX_LOOKS: a canary that showed nothing by then, or moved the wrong way, is rolled back; a worse canary is rolled
+back at the look that shows it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import replace
 from pydantic import BaseModel, ConfigDict
 
 from slotune.canary import ALPHA, CanaryOutcome, CanaryVerdict, judge
+from slotune.canary_noise import NoiseFloor
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencyMetric, MetricsSnapshot
 from slotune.verification import MIN_EFFECT
@@ -67,20 +69,29 @@ def pooled(earlier: CanaryPool | None, baseline: MetricsSnapshot, canary: Metric
                       windows=earlier.windows + 1, looks=earlier.looks)
 
 
-def judge_pooled(pool: CanaryPool, target: LatencyMetric, percentile: int,
-                 slo: SLOSpec) -> tuple[CanaryVerdict, CanaryPool, bool]:
+def judge_pooled(pool: CanaryPool, target: LatencyMetric, percentile: int, slo: SLOSpec,
+                 floor: NoiseFloor | None = None) -> tuple[CanaryVerdict, CanaryPool, bool]:
     """The verdict on the pooled arms, the pool with this look counted, and whether it is final (False: pool the
-    next window too; see the module docstring for when)."""
+    next window too; see the module docstring for when). `floor`: the pods' A/A spread of one window
+    (slotune.canary_noise), at this look's level: conservative for a pool of several windows."""
     look = pool.looks + 1
-    verdict = judge(pool.baseline, pool.canary, target, percentile, slo, alpha=look_alpha(look))
+    verdict = judge(pool.baseline, pool.canary, target, percentile, slo, alpha=look_alpha(look), floor=floor)
     if verdict.outcome is CanaryOutcome.TOO_FEW_SAMPLES:
         return verdict, pool, False  # not a look: nothing was tested, nothing spent
     counted = pool.model_copy(update={"looks": look})
     ratio = verdict.targeted.ratio
-    moved = ratio is not None and ratio <= 1 - MIN_EFFECT
+    median = _ratio(pool, target, 50)
+    # A tail that looks better by chance while the bulk is slower (a 1.5x slower canary's P99 on 100 requests)
+    # is not worth another look: its median says which way it went.
+    moved = ratio is not None and ratio <= 1 - MIN_EFFECT and (median is None or median < 1 + MIN_EFFECT)
     if verdict.outcome is CanaryOutcome.NO_GAIN and moved and look < MAX_LOOKS:
         return verdict, counted, False
     return verdict, counted, True
+
+
+def _ratio(pool: CanaryPool, metric: LatencyMetric, percentile: int) -> float | None:
+    a, b = pool.baseline.latency(metric).at(percentile), pool.canary.latency(metric).at(percentile)
+    return b / a if a and b else None
 
 
 METHOD = (f"canary, pooled over up to {MAX_LOOKS} windows: false-promote share {look_alpha(1):g} at the first look, "

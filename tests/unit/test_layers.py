@@ -30,7 +30,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
     {"backends", "simulator"},
     {"loop"},
     {"policy"},
-    {"diagnosis", "verification", "slo_bound", "canary", "canary_pool"},
+    {"diagnosis", "verification", "slo_bound", "canary", "canary_pool", "canary_noise"},
     {"perfmodel", "resources", "admission", "metrics", "loadgen", "quality"},
     {"api"},
     {"knobs", "settings", "slo", "snapshot", "workload"},

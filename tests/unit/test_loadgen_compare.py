@@ -7,7 +7,7 @@ import pytest
 
 from slotune.canary import shift
 from slotune.loadgen.compare import Difference, compare_histograms, compare_samples
-from slotune.snapshot import Histogram, LatencySummary
+from slotune.snapshot import Histogram, LatencyMetric, LatencySummary
 
 ALPHA = 0.05
 TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10, 20, 40, 80,
@@ -86,8 +86,8 @@ def test_an_arm_whose_whole_mass_ties_in_the_pooled_quantiles_bucket_is_still_co
     better = compare_histograms(siblings, canary, 50, ALPHA, min_relative_change=0.05)
     assert better.verdict == Difference.BETTER and better.p_better < 1e-6, better
     assert compare_histograms(canary, siblings, 50, ALPHA).verdict == Difference.WORSE
-    assert shift(LatencySummary.from_histogram(siblings), LatencySummary.from_histogram(canary), "ttft_p99", 99,
-                 ALPHA / 2).verdict == Difference.BETTER
+    assert shift(LatencySummary.from_histogram(siblings), LatencySummary.from_histogram(canary), LatencyMetric.TTFT,
+                 99, ALPHA / 2).verdict == Difference.BETTER
 
 
 @pytest.mark.parametrize("percentile", [50, 95, 99])

@@ -19,12 +19,14 @@ import math
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from slotune.api.status import Phase
 from slotune.canary import CanaryOutcome
+from slotune.canary_noise import MAX_OBSERVATIONS, NoiseFloor
 from slotune.canary_pool import MAX_LOOKS, CanaryPool, judge_pooled, pooled
 from slotune.knobs import RuntimeConfig
 from slotune.loop.protocols import ApplyResult
-from slotune.loop.state import PendingChange
-from slotune.metrics.per_pod import ArmWindows
+from slotune.loop.state import PendingChange, TuningState
+from slotune.metrics.per_pod import FIRST_POD, ArmWindows
 from slotune.metrics.window import MetricsUnavailable
 from slotune.quality.gate import QualityProbe, QualityVerdict
 from slotune.slo import SLOSpec
@@ -99,16 +101,38 @@ class Unjudged:
     pool: CanaryPool | None = None
 
 
-def verification(source: object, pending: PendingChange, slo: SLOSpec) -> Verification | Unjudged:
+def observe_noise(source: object, state: TuningState, slo: SLOSpec) -> NoiseFloor | None:
+    """The state's A/A floor with this window added (slotune.canary_noise) when every pod ran one config through it:
+    no canary, two or more replicas, a source that reads per pod. At rest with a full floor it is left as it is (a
+    per-pod read a window for each of a fleet of converged models buys nothing until the next canary)."""
+    floor = state.noise_floor
+    pending = state.pending
+    if (pending is not None and pending.canary_pod is not None) or state.running.replicas < 2 \
+            or not isinstance(source, CanarySource):
+        return floor
+    full = floor is not None and min((len(r) for r in floor.log_ratios.values()), default=0) >= MAX_OBSERVATIONS
+    if full and state.phase in (Phase.CONVERGED, Phase.INFEASIBLE):
+        return floor
+    try:
+        arms = source.arms(FIRST_POD)
+    except MetricsUnavailable:
+        return floor
+    if min(arms.canary.num_requests, arms.baseline.num_requests) == 0:
+        return floor
+    return (floor or NoiseFloor()).observe(arms.baseline, arms.canary, slo)
+
+
+def verification(source: object, pending: PendingChange, slo: SLOSpec,
+                 floor: NoiseFloor | None = None) -> Verification | Unjudged:
     """The canary's verdict on its windows so far (this one pooled with the earlier ones, slotune.canary_pool), as
-    the loop's Verification, or why there is none yet."""
+    the loop's Verification, or why there is none yet; `floor`: the pods' A/A spread (slotune.canary_noise)."""
     assert pending.canary_pod is not None and isinstance(source, CanarySource)
     try:
         arms = source.arms(pending.canary_pod)
     except MetricsUnavailable as error:
         return Unjudged(lost=True, reason=error.message)
     pool = pooled(pending.canary_pool, arms.baseline, arms.canary)
-    verdict, pool, final = judge_pooled(pool, pending.target_metric, pending.target_percentile, slo)
+    verdict, pool, final = judge_pooled(pool, pending.target_metric, pending.target_percentile, slo, floor)
     seen = (f"{arms.describe()}; pooled over {pool.windows} window(s): {pool.canary.num_requests} vs "
             f"{pool.baseline.num_requests} requests")
     if verdict.outcome is CanaryOutcome.TOO_FEW_SAMPLES:

@@ -24,6 +24,7 @@ from slotune.api.status import (
     Verification,
 )
 from slotune.api.tuning import Knob
+from slotune.canary_noise import NoiseFloor
 from slotune.canary_pool import CanaryPool
 from slotune.knobs import RuntimeConfig
 from slotune.loop.shift import WindowLoad
@@ -96,6 +97,7 @@ class TuningState(_Frozen):
     prepared_replicas: int | None = None  # a headroom change was made so this replica count can hold: try it next
     speed_ratios: tuple[float, ...] = ()  # recent windows' measured / profiled step time (perfmodel.window_step)
     spec_acceptance: float | None = None  # per-token draft acceptance measured on this workload (None: never)
+    noise_floor: NoiseFloor | None = None  # the pods' A/A spread, from windows without a canary (canary_noise)
     streak: tuple[MetricsSnapshot, ...] = ()  # the latest windows of the current config's met streak (slo_bound)
     streak_of: str = ""  # the config (described) whose windows `streak` holds
     load_reference: tuple[WindowLoad, ...] = ()  # the load of the windows since it came to rest (loop.shift)

@@ -140,7 +140,8 @@ class Tuner:
                              observed=observed(self.problem.slo, snapshot),
                              slo_met=self.problem.slo.is_met(snapshot),
                              speed_ratios=self._speed_ratios(state, snapshot),
-                             spec_acceptance=self._measured_acceptance(state, snapshot))
+                             spec_acceptance=self._measured_acceptance(state, snapshot),
+                             noise_floor=loop_canary.observe_noise(self.source, state, self.problem.slo))
         if self.problem.tuning.mode is TuningMode.OFF:
             return self._save(state.evolve(phase=Phase.MEASURING, message="tuning off: reporting only"))
         state = self._watch_load(state, snapshot)
@@ -388,7 +389,7 @@ class Tuner:
             return state.evolve(message=drain.describe(pending, backlog), pending=pending.model_copy(update={
                 "drain_windows": pending.drain_windows + 1, "drain_backlog": backlog})), False
         if pending.canary_pod is not None:  # the canary pod against its siblings over this same window
-            canary = loop_canary.verification(self.source, pending, judged)
+            canary = loop_canary.verification(self.source, pending, judged, state.noise_floor)
             if isinstance(canary, loop_canary.Unjudged):
                 return self._unjudged_canary(state, pending, canary), False
         verdict = canary if pending.canary_pod is not None else verify(

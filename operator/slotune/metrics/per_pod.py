@@ -57,8 +57,14 @@ def pool_readings(readings: Sequence[WindowReadings]) -> WindowReadings:
     return WindowReadings(window_s=first.window_s, latencies=latencies, **values)
 
 
+FIRST_POD = ""  # asked as the canary pod: the first pod by name (where a live canary goes) against the others
+
+
 def split_arms(by_pod: dict[str, WindowReadings], canary_pod: str) -> ArmWindows:
-    """The canary pod's readings and its siblings' pooled; MetricsUnavailable when an arm has no series."""
+    """The canary pod's readings and its siblings' pooled; MetricsUnavailable when an arm has no series. FIRST_POD
+    splits a window without a canary the same way, for the pods' A/A spread (slotune.canary_noise)."""
+    if canary_pod == FIRST_POD and by_pod:
+        canary_pod = min(by_pod)
     siblings = sorted(pod for pod in by_pod if pod != canary_pod)
     if canary_pod not in by_pod or not siblings:
         missing = f"canary pod {canary_pod}" if canary_pod not in by_pod else "sibling pods"

@@ -20,7 +20,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from slotune.backends.kube_api import object_path
-from slotune.backends.kube_canary_pod import delete_extra_pod, start_extra_pod
+from slotune.backends.kube_canary_pod import (
+    CANARY_GENERATION_ANNOTATION,
+    canary_deployment,
+    delete_extra_pod,
+    start_extra_pod,
+)
 from slotune.knobs import RuntimeConfig
 from slotune.loop.protocols import ApplyResult
 from slotune.resources import RUNTIME_PORT
@@ -35,10 +40,11 @@ CANARY_ANNOTATION = "slotune.io/canary"
 class CanaryAssignment:
     pod: str
     config: RuntimeConfig
+    generation: int | None = None  # the TunedModel spec generation whose loop started it (None: not recorded)
 
     def annotation(self) -> str:
-        return json.dumps({"pod": self.pod, "config": self.config.model_dump(mode="json")}, sort_keys=True,
-                          separators=(",", ":"))
+        return json.dumps({"pod": self.pod, "config": self.config.model_dump(mode="json"),
+                           "generation": self.generation}, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def of(cls, deployment: dict[str, Any] | None) -> CanaryAssignment | None:
@@ -47,7 +53,7 @@ class CanaryAssignment:
         if not text:
             return None
         found = json.loads(text)
-        return cls(found["pod"], RuntimeConfig.model_validate(found["config"]))
+        return cls(found["pod"], RuntimeConfig.model_validate(found["config"]), found.get("generation"))
 
 
 @dataclass(frozen=True)
@@ -87,7 +93,7 @@ def start_canary(backend: KubernetesBackend, running: RuntimeConfig, candidate: 
         if len(ready) < 2:
             return None
         pod = min(ready)
-        _annotate(backend, CanaryAssignment(pod, candidate).annotation())
+        _annotate(backend, CanaryAssignment(pod, candidate, backend.tm.metadata.generation).annotation())
     return CanaryStart(pod, backend.apply(running), openai_endpoint(backend, ready[pod]) if pod in ready else None)
 
 
@@ -96,6 +102,28 @@ def end_canary(backend: KubernetesBackend) -> None:
     if CanaryAssignment.of(backend.deployment()) is not None:
         _annotate(backend, None)
     delete_extra_pod(backend)
+
+
+def end_stale_canary(backend: KubernetesBackend) -> bool:
+    """A canary started by the loop of an earlier spec generation is ended: a new generation starts a new loop,
+    which knows nothing of it, so the canary pod would keep the old candidate (the pod-config invariant reads the
+    annotation) and an extra canary pod would keep serving beside the new config. The annotation goes (the new
+    loop's first apply brings the canary pod to its config) and the canary Deployment is deleted. An operator
+    restarted within one generation resumes its canary: nothing is ended then. True when something was ended."""
+    generation = backend.tm.metadata.generation
+    ended = False
+    live = CanaryAssignment.of(backend.deployment())
+    if live is not None and live.generation is not None and live.generation != generation:
+        _annotate(backend, None)
+        ended = True
+    extra = canary_deployment(backend)
+    started_by = (((extra or {}).get("metadata") or {}).get("annotations") or {}).get(CANARY_GENERATION_ANNOTATION)
+    if extra is not None and started_by is not None and started_by != str(generation):
+        ended = delete_extra_pod(backend) or ended
+    if ended:
+        backend._record("CanaryEnded", f"the spec changed (generation {generation}): the canary of an earlier "
+                        "generation was ended", False)
+    return ended
 
 
 def _annotate(backend: KubernetesBackend, value: str | None) -> None:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from slotune.backends.kube_deployment import KubernetesBackend
 
 CANARY_POD_LABEL = "slotune.io/canary-pod"
+CANARY_GENERATION_ANNOTATION = "slotune.io/canary-generation"  # the spec generation whose loop started it
 
 
 def canary_deployment_name(tunedmodel: str) -> str:
@@ -49,6 +50,8 @@ def build_canary_deployment(backend: KubernetesBackend, candidate: RuntimeConfig
     manifest = build_deployment(backend.tm, candidate.with_changes(replicas=1), backend.settings, token_uid)
     manifest["metadata"]["name"] = canary_deployment_name(backend.tm.metadata.name)
     manifest["metadata"]["labels"] = {**manifest["metadata"]["labels"], CANARY_POD_LABEL: "true"}
+    manifest["metadata"]["annotations"] = {**(manifest["metadata"].get("annotations") or {}),
+                                           CANARY_GENERATION_ANNOTATION: str(backend.tm.metadata.generation)}
     spec = manifest["spec"]
     spec["selector"] = {"matchLabels": {**spec["selector"]["matchLabels"], CANARY_POD_LABEL: "true"}}
     template = spec["template"]["metadata"]

@@ -30,7 +30,7 @@ import httpx
 from slotune import admission
 from slotune.api import TunedModel
 from slotune.backends.kube_api import KubeAPI, KubeError, object_path
-from slotune.backends.kube_canary import CanaryAssignment, CanaryStart, end_canary, start_canary
+from slotune.backends.kube_canary import CanaryAssignment, CanaryStart, end_canary, end_stale_canary, start_canary
 from slotune.backends.kube_canary_pod import CANARY_POD_LABEL
 from slotune.knobs import Engine, RuntimeConfig
 from slotune.loop.protocols import ApplyResult
@@ -155,6 +155,8 @@ class KubernetesBackend:
         self._child("Service", lambda: self.api.apply(build_service(self.tm)))
         if self.api.has_resource("monitoring.coreos.com/v1", "servicemonitors"):
             self._child("ServiceMonitor", lambda: self.api.apply(build_service_monitor(self.tm)))
+        if (self.tm.metadata.generation or 1) > 1:  # a new generation's loop knows nothing of an old canary
+            end_stale_canary(self)
 
     def _secret(self) -> dict[str, Any] | None:
         return self.api.read("Secret", self.namespace, self.names.secret)

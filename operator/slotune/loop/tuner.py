@@ -140,10 +140,10 @@ class Tuner:
                              observed=observed(self.problem.slo, snapshot),
                              slo_met=self.problem.slo.is_met(snapshot),
                              speed_ratios=self._speed_ratios(state, snapshot),
-                             spec_acceptance=self._measured_acceptance(state, snapshot),
-                             noise_floor=loop_canary.observe_noise(self.source, state, self.problem.slo))
+                             spec_acceptance=self._measured_acceptance(state, snapshot))
         if self.problem.tuning.mode is TuningMode.OFF:
             return self._save(state.evolve(phase=Phase.MEASURING, message="tuning off: reporting only"))
+        state = state.evolve(noise_floor=loop_canary.observe_noise(self.source, state, self.problem.slo))
         state = self._watch_load(state, snapshot)
         if state.pending is not None:
             state, kept = self._verify(state, snapshot)

@@ -287,11 +287,15 @@ def canary_summary(canary: Result) -> str:
     ramps = [r for r in canary["ramp"] if r["rates_per_s"][0] != r["rates_per_s"][1]]
     ramp = "; ".join(f"{r['ramp']}: before/after right in {_pct(r['before_after_right'])}, the canary in "
                      f"{_pct(r['canary_right'])} of {r['trials']}" for r in ramps)
-    return (f"Measured (`bench/results/canary.md`): on two real runtime processes sharing one load, an A/A canary was "
-            f"promoted in {_pct(a_a['rates']['promote'])} of {len(a_a['trials'])} windows (bound "
-            f"{_pct(canary['alpha'])}) and called worse in {_pct(a_a['rates']['worse'])}; a canary "
-            f"x{slow['ttft_p50_ratio']:.2f} slower at TTFT P50 was rolled back as worse in "
-            f"{_pct(slow['rates']['worse'])} of {len(slow['trials'])} windows. Simulated load ramps ({ramp}).")
+    exact, exact_slow = a_a["rates_exact"], slow["rates_exact"]
+    return (f"Measured (`bench/results/canary.md`): on two real runtime processes sharing one load, with the pods' A/A "
+            f"floor from {canary['real']['calibration_windows']} windows without a canary, an A/A canary was promoted "
+            f"in {_pct(a_a['rates']['promote'])} of {len(a_a['trials'])} windows (bound {_pct(canary['alpha'])}) "
+            f"and called worse in {_pct(a_a['rates']['worse'])} (the exact test alone on the same windows: "
+            f"{_pct(exact['promote'])} and {_pct(exact['worse'])}); a canary x{slow['ttft_p50_ratio']:.2f} slower "
+            f"at TTFT P50 was rolled back at the operator's first look in {_pct(slow['rolled_back_at_first_look'])} "
+            f"of {len(slow['trials'])} windows, called worse in {_pct(slow['rates']['worse'])} (the exact test "
+            f"alone: {_pct(exact_slow['worse'])}). Simulated load ramps ({ramp}).")
 
 
 def _block(lines: list[str]) -> str:

@@ -19,6 +19,7 @@ import kwok_cluster  # noqa: E402  (hack/ is scripts, not a package)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _one_control_plane(items)
     try:
         import torch
 
@@ -31,6 +32,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+def _one_control_plane(items: list[pytest.Item]) -> None:
+    """`make test` runs two pytest-xdist workers (--dist loadgroup): every test on the real control plane goes to one
+    of them, one after another on one cluster, while the other takes the rest. Most of the suite's time is tests
+    waiting for measurement windows, so two workers halve the wall time without a second control plane's load."""
+    group = pytest.mark.xdist_group("control-plane")
+    for item in items:
+        if "kube" in getattr(item, "fixturenames", ()):
+            item.add_marker(group)
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -18,6 +18,7 @@ sys.path.insert(0, str(ROOT / "hack"))
 import kwok_cluster  # noqa: E402  (hack/ is scripts, not a package)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns xdist_group marks into scheduling groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _one_control_plane(items)
     try:

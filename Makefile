@@ -29,7 +29,7 @@ demo: $(STAMP)
 
 test: deps
 	$(PY) -m ruff check operator gpu_runtime tests bench hack
-	$(PY) -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

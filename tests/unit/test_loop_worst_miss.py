@@ -5,18 +5,17 @@ config kept missed TTFT x2.3 instead of the worst miss x1.4."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from slotune.api.status import Phase, Verdict
 from slotune.api.tuning import Knob, KnobBounds, TuningSpec
 from slotune.knobs import RuntimeConfig
-from slotune.loop import ApplyResult, MemoryStateStore, Tuner, TuningProblem, TuningState
+from slotune.loop import MemoryStateStore, Tuner, TuningProblem, TuningState
 from slotune.loop.state import PendingChange
 from slotune.perfmodel import Deployment
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencyMetric, LatencySummary, MetricsSnapshot, Source
+from tests.unit.test_loop_drain import Replicas  # the scripted backend and source
 
 SLO = SLOSpec.model_validate({"ttft": {"p99": 10_000}, "tpot": {"p99": 600}})
 ONE = RuntimeConfig(max_num_seqs=1, replicas=1)
@@ -31,25 +30,8 @@ def _window(ttft_ms: float, tpot_ms: float, seed: int, n: int = 300) -> MetricsS
                            tpot=LatencySummary.from_samples(tpot), num_waiting_mean=0.0)
 
 
-@dataclass
-class Backend:
-    after: list[MetricsSnapshot]
-    applied: list[RuntimeConfig] = field(default_factory=list)
-
-    def apply(self, config: RuntimeConfig) -> ApplyResult:
-        changed = not self.applied or self.applied[-1] != config
-        self.applied.append(config)
-        return ApplyResult.success(changed=changed)
-
-    def ready(self) -> bool:
-        return True
-
-    def measure(self, window_s: float) -> MetricsSnapshot:
-        return self.after.pop(0)
-
-
 def _after_one_change(baseline: MetricsSnapshot, after: MetricsSnapshot) -> TuningState:
-    backend = Backend([after])
+    backend = Replicas([after])
     problem = TuningProblem(SLO, TuningSpec(cooldown_s=0, min_samples=10, bounds=KnobBounds(max_replicas=1)),
                             Deployment.from_names("llama-3.1-8b", "h100"), ONE)
     store = MemoryStateStore()

@@ -16,10 +16,11 @@ loop's state across operator restarts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import kopf
@@ -41,6 +42,9 @@ DEPLOY_WORKERS = 8
 FIRST_TICK_PATIENCE_S = 60.0  # a new daemon's first tick waits at most this long for other TunedModels' children
 HANDLER_START_S = 30.0  # how long a new daemon waits for its own create/resume handler to start at all
 WINDOW_PATIENCE_S = 0.1  # a tick waits this long for its window's read in flight, then frees its worker
+# A tick whose window has ended waits on the event loop for the window's shared read, at most this long (a read's
+# queries have their own timeouts; then the tick meets the read in flight and is told when to come back).
+READ_WAIT_S = 60.0
 CLOSE_WAIT_S = 3.0  # on shutdown, how long the workers' calls in flight may finish before the operator exits
 T = TypeVar("T")
 
@@ -170,6 +174,25 @@ async def unless_stopped(stopped: kopf.DaemonStopped, work: Awaitable[T]) -> T:
     return job.result()
 
 
+async def _answered(future: Future[Any], timeout_s: float) -> None:
+    """Until `future` (a window's shared read, on a reader thread) is done, at most `timeout_s`. The read is shared
+    by many TunedModels: this waits for it without ever cancelling it."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def on_done(_: Future[Any]) -> None:
+        with contextlib.suppress(RuntimeError):  # the event loop closed first: nobody waits any more
+            loop.call_soon_threadsafe(wake)
+
+    future.add_done_callback(on_done)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(done, timeout_s)
+
+
 async def _stop_flag(stopped: kopf.DaemonStopped) -> None:
     await stopped.wait()
 
@@ -252,6 +275,9 @@ async def tune(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **
                     status = _plain(body.get("status") or {})
                     run = await unless_stopped(stopped, blocking(memo, TuningRun, memo.api, tm, settings,
                                                                  memo.windows, time.time, status))
+                if (pending := run.pending_read()) is not None:  # the tick's readings: awaited here, not on a worker
+                    await unless_stopped(stopped, _answered(pending, READ_WAIT_S))
+                    scheduled = time.monotonic()  # due once its readings are in: the lag is the wait for a worker
                 delay = await unless_stopped(stopped, blocking(memo, _tick, run, scheduled))
                 failures = 0
             except Stopped:

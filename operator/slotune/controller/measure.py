@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 
 from slotune.api import TunedModel
-from slotune.controller.windows import SharedWindows, WindowKey, align_end_s, phase_s
+from slotune.controller.windows import Readings, SharedWindows, WindowKey, align_end_s, phase_s
 from slotune.loop.protocols import WindowOpen
 from slotune.metrics.names import names_for
 from slotune.metrics.per_pod import ArmWindows, arm_windows
@@ -55,10 +56,28 @@ class PromQLSource:
         self.last_reason: UnavailableReason | None = None
         self._chosen: tuple[float, float] | None = None  # (window_s, end_s) registered for, until it is read
 
+    def _still_chosen(self, window_s: float) -> bool:
+        settled_s = self._changed_at_s() + self.tuning.warmup_s
+        # (a change since it was chosen makes that window moot)
+        return self._chosen is not None and self._chosen[0] == window_s and self._chosen[1] - window_s >= settled_s
+
+    def pending(self) -> Future[Readings] | None:
+        """The read of the window this source waits for, once that window has ended and while its answer is not in
+        (started here if no tick started it): the daemon awaits it before the tick that takes the readings. None:
+        nothing to wait for (no window chosen, still open, or answered)."""
+        if not self.url or self._chosen is None or not self._still_chosen(self._chosen[0]):
+            return None
+        window_s, end_s = self._chosen
+        if self._clock() < end_s:
+            return None
+        answer = self._windows.answer(self._key(window_s, end_s), self.names, self.selector.deployment or "")
+        return None if answer.done() else answer
+
     def window_end_s(self, window_s: float) -> float:
         settled_s = self._changed_at_s() + self.tuning.warmup_s
-        if self._chosen is not None and self._chosen[0] == window_s and self._chosen[1] - window_s >= settled_s:
-            return self._chosen[1]  # (a change since it was chosen makes that window moot)
+        if self._still_chosen(window_s):
+            assert self._chosen is not None
+            return self._chosen[1]
         # The first instant still to come: a source behind joins its instant's read instead of starting its own.
         start = max(settled_s, self.last_end_s, self._clock() - window_s + _AHEAD_S)
         grid = self._windows.grid_s(self.url, self.namespace, window_s, self.tick_s)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 from slotune.api import TunedModel, TunedModelSpec, TuningMode
@@ -21,7 +22,7 @@ from slotune.backends.kube_deployment import KubernetesBackend
 from slotune.controller.events import EventRecorder, transition_events
 from slotune.controller.measure import PromQLSource
 from slotune.controller.status import Health, StatusStateStore, readiness
-from slotune.controller.windows import SharedWindows
+from slotune.controller.windows import Readings, SharedWindows
 from slotune.knobs import RuntimeConfig
 from slotune.loop import ApplyResult, Tuner, TuningProblem, TuningState
 from slotune.perfmodel.model_profile import LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3_2_1B, MODELS, ModelProfile
@@ -100,6 +101,12 @@ class TuningRun:
     def _saved(self, before: TuningState | None, after: TuningState) -> None:
         for reason, message, warning in transition_events(before, after):
             self.events(reason, message, warning)
+
+    def pending_read(self) -> Future[Readings] | None:
+        """The shared read of the window the loop waits for, once the window has ended and until it answered: the
+        daemon awaits it on the event loop, so a tick takes a worker only when its readings are in (at 1,000
+        TunedModels three ticks a window each held a worker, two of them only to find the read still in flight)."""
+        return self.source.pending()
 
     def tick(self) -> float:
         """One short step of the loop; returns the seconds until the next step has something to do."""

@@ -134,6 +134,19 @@ class SharedWindows:
         """The readings of the window `key` names for `deployment` and the others read with it (None: every
         deployment of the namespace); raises what the read raised, or WindowOpen (come back then) while the read is
         still in flight after `patience_s`."""
+        read = self._read_of(key, names, deployment)
+        try:
+            return read.answer.result(timeout=self._patience_s)
+        except FutureTimeout:
+            telemetry.TICKS_READ_IN_FLIGHT.inc()
+            raise WindowOpen(self._clock() + self._come_back_s(key, read)) from None
+
+    def answer(self, key: WindowKey, names: MetricNames, deployment: str | None = None) -> Future[Readings]:
+        """The read of the window `key` names that covers `deployment`, started if none is: the operator's daemon
+        awaits it on the event loop, so the tick that takes the readings takes a worker once, when they are in."""
+        return self._read_of(key, names, deployment).answer
+
+    def _read_of(self, key: WindowKey, names: MetricNames, deployment: str | None) -> _Read:
         with self._lock:
             self._forget_old()
             reads = self._reads.setdefault(key, [])
@@ -150,10 +163,7 @@ class SharedWindows:
                 read = _Read(covers, self._readers.submit(self._timed_read, key, names, covers, queued), queued)
                 reads.append(read)
                 self.reads += 1
-        try:
-            return read.answer.result(timeout=self._patience_s)
-        except FutureTimeout:
-            raise WindowOpen(self._clock() + self._come_back_s(key, read)) from None
+            return read
 
     def _timed_read(self, key: WindowKey, names: MetricNames, covers: frozenset[str] | None,
                     queued: float) -> Readings:

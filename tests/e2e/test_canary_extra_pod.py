@@ -91,9 +91,25 @@ def test_a_restart_change_is_canaried_on_one_extra_pod(kube, namespace, promethe
         wait_for_progress(least, ARM_REQUESTS, 180, "requests in both arms of the canary window", describe=describe)
         return found[0]
 
+    def one_main_pod(backend: KubernetesBackend, max_num_seqs: int, gone: set[str]) -> str:
+        """The main Deployment's one pod once it is Ready in the API and serving at `max_num_seqs`, none of `gone`
+        among the serving pods. The kubelet's view and the API's settle at their own pace on a busy machine, so this
+        waits for both to agree rather than reading either once."""
+
+        def agreed() -> str | None:
+            serving, ready = live(), [p["metadata"]["name"] for p in backend.ready_pods()]
+            if len(ready) == 1 and serving == {ready[0]: max_num_seqs} and not gone & set(serving):
+                return ready[0]
+            return None
+
+        def seen() -> str:
+            return f"{describe()}; Ready in the API: {[p['metadata']['name'] for p in backend.ready_pods()]}"
+
+        return wait_for(agreed, 180, f"one main pod, Ready and serving at max_num_seqs={max_num_seqs}", describe=seen)
+
     def run_canary(backend: KubernetesBackend, running: RuntimeConfig, candidate: RuntimeConfig,
                    tm_slo: Any) -> tuple[str, str, CanaryVerdict]:
-        (main,) = [p["metadata"]["name"] for p in backend.ready_pods()]
+        main = one_main_pod(backend, running.max_num_seqs, set())
         restarts = kubelet.started_total
         started = settle(lambda: backend.start_canary(running, candidate).result)  # type: ignore[union-attr]
         assert started.ok, started.reason
@@ -133,7 +149,7 @@ def test_a_restart_change_is_canaried_on_one_extra_pod(kube, namespace, promethe
         backend = KubernetesBackend(api, tm, settings)
         slow = tm.spec.initial_config()
         assert settle(lambda: backend.apply(slow)).ok
-        wait_for(lambda: len(live()) == 1, 180, "the main pod serving", describe=describe)
+        one_main_pod(backend, slow.max_num_seqs, set())
         load.start()
 
         # A better candidate on the extra pod: promoted; the canary Deployment goes, the main one rolls to it.
@@ -142,12 +158,13 @@ def test_a_restart_change_is_canaried_on_one_extra_pod(kube, namespace, promethe
         assert verdict.outcome is CanaryOutcome.PROMOTE, verdict.reason
         backend.end_canary()
         assert get(kube, "deployment", CANARY, namespace) is None
+        launched = kubelet.started_total
         assert settle(lambda: backend.apply(fast)).ok
-        wait_for(lambda: list(live().values()) == [16] and not {main, pod} & set(live()), 180,
-                 "one main pod, relaunched at the promoted config, and no extra pod", describe=describe)
+        # One main pod, relaunched at the promoted config, and no extra pod: one process started, no second rollout.
+        main = one_main_pod(backend, fast.max_num_seqs, {main, pod})
+        assert kubelet.started_total == launched + 1, describe()
 
         # A worse candidate on the extra pod: rolled back, the canary Deployment goes alone.
-        (main,) = seqs(kubelet)
         restarts = kubelet.started_total
         main_again, _, verdict = run_canary(backend, fast, slow, tm.spec.slo)
         assert main_again == main

@@ -79,6 +79,8 @@ def test_three_thread_pools_of_tunedmodels_all_deploy_and_measure(kube, namespac
     assert delete_s < DELETE_S, log[-3000:]
     assert "tick failed" not in log, log
     assert "Activity 'close' succeeded" in log and "stopped: the event loop ended" in log, log[-3000:]
+    # Every one was measured (above); its latest window may since have come up short: on a busy machine a scrape of
+    # the fleet can land late enough that a 5 s window holds under 10 requests. Any other reason is a fault.
     for tm in items(kube, "tunedmodels", namespace):
         metrics = next(c for c in tm["status"]["conditions"] if c["type"] == "MetricsAvailable")
-        assert metrics["status"] == "True", tm["status"]
+        assert metrics["status"] == "True" or metrics["reason"] == "TooFewSamples", (metrics, tm["status"]["message"])

@@ -234,8 +234,9 @@ def operator_rss_mib(pid: int) -> float:
     return 0.0
 
 
-def run_count(cluster: kwok_cluster.Cluster, n: int, window_s: float, workdir: Path,
-              paced: int = 0) -> dict[str, Any]:
+def run_count(cluster: kwok_cluster.Cluster, n: int, window_s: float, workdir: Path, paced: int = 0,
+              steady_windows: int = STEADY_WINDOWS, py_spy: str | None = None,
+              compare_workers: tuple[int, ...] = ()) -> dict[str, Any]:
     namespace = f"scale-{n}"
     cluster.kubectl("create", "namespace", namespace)
     api = cluster.api_client()
@@ -279,7 +280,10 @@ def run_count(cluster: kwok_cluster.Cluster, n: int, window_s: float, workdir: P
                           interval_s=2.0)
         before = scrape(operator_url), scrape(f"{prometheus.url}/metrics"), apiserver_counters(cluster)
         cpu_before, steady_started, load_before = operator_cpu_s(pid), time.monotonic(), os.getloadavg()[0]
-        time.sleep(STEADY_WINDOWS * window_s)
+        profiles = profile(py_spy, pid, steady_windows * window_s, workdir / f"py-spy-{n}") if py_spy else []
+        time.sleep(steady_windows * window_s)
+        for recorder in profiles:
+            recorder.wait(timeout=120)
         steady_s = time.monotonic() - steady_started
         after = scrape(operator_url), scrape(f"{prometheus.url}/metrics"), apiserver_counters(cluster)
         cpu_s, rss_mib, load_after = operator_cpu_s(pid) - cpu_before, operator_rss_mib(pid), os.getloadavg()[0]
@@ -301,6 +305,16 @@ def run_count(cluster: kwok_cluster.Cluster, n: int, window_s: float, workdir: P
         if paced_names:
             wait_for_progress(lambda: sum(1 for p in paced_names if p in watcher.deployments), len(paced_names), 120,
                               "paced Deployments", interval_s=0.5)
+
+        compared = {}
+        for workers in compare_workers:  # each on a restarted operator, one after the other on the same fleet
+            operator.stop()
+            operator.env["SLOTUNE_WORKERS"] = str(workers)
+            operator.start()
+            assert operator.process is not None
+            pid = operator.process.pid
+            compared[str(workers)] = compare_phase(operator_url, create, watcher, len(created), window_s, workers,
+                                                   f"w{workers}-")
 
         sample = names[:: max(1, n // DELETE_SAMPLE)][:DELETE_SAMPLE]
         before_deletes = scrape(operator_url)
@@ -342,7 +356,8 @@ def run_count(cluster: kwok_cluster.Cluster, n: int, window_s: float, workdir: P
     burst = burst_requests(burst_before, burst_after, n)
     burst["cpu_cores_used"] = {k: round(v / burst["seconds"], 2) for k, v in burst_cpu.items()}
     return {
-        "tunedmodels": n, "window_s": window_s, "steady_s": round(steady_s, 1), "burst": burst,
+        "tunedmodels": n, "window_s": window_s, "steady_s": round(steady_s, 1), "steady_windows": steady_windows,
+        "burst": burst, "workers_compared": compared or None,
         "load_average_1m": {"steady_start": round(load_before, 2), "steady_end": round(load_after, 2)},
         "prometheus_targets": targets,
         "create_to_deployment_s": {"p50": percentile(create_s, 50), "p99": percentile(create_s, 99)},
@@ -374,6 +389,7 @@ def run_count(cluster: kwok_cluster.Cluster, n: int, window_s: float, workdir: P
             "steady_p99_at_most": bucket_quantile(before[0], after[0], "slotune_operator_event_loop_lag_seconds", 99),
             "deletes_p99_at_most": bucket_quantile(before_deletes, after_deletes,
                                                    "slotune_operator_event_loop_lag_seconds", 99)},
+        "diagnostics": diagnostics(before[0], after[0], n, steady_s / window_s),
         "paced_create_to_deployment_s": ({"p50": percentile(paced_s, 50), "p99": percentile(paced_s, 99),
                                           "max": max(paced_s), "sample": len(paced_s), "per_s": PACED_PER_S}
                                          if paced_s else None),
@@ -389,6 +405,71 @@ def run_count(cluster: kwok_cluster.Cluster, n: int, window_s: float, workdir: P
         "promql_queries_per_s": round(promql / steady_s, 2),
         "slotune_promql_queries_per_s": round(delta(0, "slotune_operator_promql_queries_total") / steady_s, 2),
     }
+
+
+def diagnostics(before: dict[str, float], after: dict[str, float], n: int, windows: float) -> dict[str, Any]:
+    """Where the operator's time went in the steady windows (its own metrics): ticks per TunedModel per window by what
+    the next one waits for, ticks that met a read in flight, full-GC pauses, and API request time by method."""
+    def delta(sample: str) -> float:
+        return after.get(sample, 0.0) - before.get(sample, 0.0)
+
+    per_tm_window = max(1.0, n * windows)
+    api = {}
+    for method in ("GET", "PATCH", "POST", "PUT", "DELETE"):
+        count = delta(f'slotune_operator_api_request_seconds_count{{method="{method}"}}')
+        if count:
+            api[method] = {"count": count, "mean_s": round(delta(
+                f'slotune_operator_api_request_seconds_sum{{method="{method}"}}') / count, 3)}
+    return {"ticks_per_tm_window": {kind: round(delta(f'slotune_operator_ticks_total{{next="{kind}"}}') / per_tm_window,
+                                                2) for kind in ("window", "poll")},
+            "ticks_looked_per_tm_window": round(delta("slotune_operator_ticks_looked_total") / per_tm_window, 2),
+            "ticks_read_in_flight_per_tm_window": round(
+                delta("slotune_operator_ticks_read_in_flight_total") / per_tm_window, 2),
+            "full_gc": {"count": delta("slotune_operator_gc_pause_seconds_count"),
+                        "seconds": round(delta("slotune_operator_gc_pause_seconds_sum"), 2),
+                        "p99_at_most": bucket_quantile(before, after, "slotune_operator_gc_pause_seconds", 99)},
+            "api_request_s": api}
+
+
+def profile(py_spy: str, pid: int, seconds: float, prefix: Path) -> list[subprocess.Popen]:
+    """py-spy over the steady windows, two ways: every thread, waiting or not (where a tick's time goes), and only
+    threads running Python (what uses the CPU and the GIL). Collapsed stacks, one file each."""
+    common = [py_spy, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "20", "--format",
+              "raw", "--nonblocking", "--threads"]
+    return [subprocess.Popen([*common, *extra, "-o", f"{prefix}-{kind}.txt"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL) for kind, extra in (("all", ["--idle"]), ("gil", ["--gil"]))]
+
+
+def compare_phase(operator_url: str, create: Any, watcher: Watcher, fleet: int, window_s: float, workers: int,
+                  prefix: str) -> dict[str, Any]:
+    """An operator just restarted with `workers` tick workers, on the running fleet: once every daemon ticked, one
+    window of tick lag and event-loop lag, then NEWCOMERS // 2 creates one at a time (create->Deployment)."""
+    wait_for_progress(lambda: int(scrape(operator_url).get("slotune_operator_tick_lag_seconds_count", 0.0)), fleet,
+                      900, "a tick of every daemon after the restart", interval_s=5.0)
+    before, started = scrape(operator_url), time.monotonic()
+    time.sleep(window_s)
+    after, seconds = scrape(operator_url), time.monotonic() - started
+    newcomer_s = []
+    for i in range(NEWCOMERS // 2):
+        name = f"{prefix}{i:03d}"
+        created = time.time()
+        create(name)
+        wait_for_progress(lambda name=name: int(name in watcher.deployments), 1, 120, f"{name}'s Deployment",
+                          interval_s=0.05)
+        newcomer_s.append(watcher.deployments[name] - created)
+
+    def quantile(metric: str, q: float) -> float | None:
+        return bucket_quantile(before, after, metric, q)
+
+    busy = after.get("slotune_operator_tick_duration_seconds_sum", 0.0) - before.get(
+        "slotune_operator_tick_duration_seconds_sum", 0.0)
+    return {"workers": workers, "seconds": round(seconds, 1), "diagnostics": diagnostics(before, after, fleet, 1.0),
+            "tick_lag_s": {"p50_at_most": quantile("slotune_operator_tick_lag_seconds", 50),
+                           "p99_at_most": quantile("slotune_operator_tick_lag_seconds", 99)},
+            "event_loop_lag_p99_at_most_s": quantile("slotune_operator_event_loop_lag_seconds", 99),
+            "workers_busy_share": round(busy / seconds / workers, 2),
+            "newcomer_create_to_deployment_s": {"p50": percentile(newcomer_s, 50), "p99": percentile(newcomer_s, 99),
+                                                "max": max(newcomer_s), "sample": len(newcomer_s)}}
 
 
 def burst_requests(before: tuple[dict[str, float], dict[str, float], float],
@@ -466,7 +547,7 @@ def limit(result: dict[str, Any]) -> str:
     """What the largest run met, what it missed, and what bounds it (numbers from the result, never typed)."""
     run = max(result["runs"], key=lambda r: r["tunedmodels"])
     n, load, api = run["tunedmodels"], run["load_average_1m"], run["apiserver_requests_per_s_all_clients"]
-    burst = run["burst"]
+    burst, windows = run["burst"], run.get("steady_windows", STEADY_WINDOWS)
     cores = burst["cpu_cores_used"]
     saturated = ("The rate was the machine's: " if cores["machine_busy"] >= 0.9 * result["machine"]["cores"]
                  else "The machine was not saturated: ")
@@ -484,12 +565,12 @@ def limit(result: dict[str, Any]) -> str:
         f"end, p99). The operator used {run['operator_cpu_share_of_one_core']:.0%} of one core and "
         f"{run['operator_rss_mib']:.0f} MiB (load average {load['steady_start']:.1f} / {load['steady_end']:.1f} over "
         f"the steady windows). Tick lag: in the steady windows the operator made "
-        f"{run['window_read_delay_s']['reads'] / STEADY_WINDOWS:.0f} grouped reads a window where the spread grid has "
+        f"{run['window_read_delay_s']['reads'] / windows:.0f} grouped reads a window where the spread grid has "
         f"at most {PHASES_DUE} instants a window, p50 answered <= {run['window_read_delay_s']['p50_at_most']} s after "
         f"its window's end (inf: over 120 s), queued <= {_q(run, 'window_read_queued_s')} s for a reader thread "
         f"and took <= {_q(run, 'window_read_duration_s')} s (p99; a TunedModel registers for its window before it "
         f"ends, a late one for its next instant, so an instant's one read covers it), and "
-        f"{run['tick_lag_s']['ticks'] / n / STEADY_WINDOWS:.1f} ticks per TunedModel per window{_workers(run)}. "
+        f"{run['tick_lag_s']['ticks'] / n / windows:.1f} ticks per TunedModel per window{_workers(run)}. "
         f"The burst of {n} creates is bound by the API server, shared by every client: it "
         f"served {burst['apiserver_requests_per_s']:.0f} requests/s over the {burst['seconds']:.0f} s the burst "
         f"took, and each create cost {burst['requests_per_create_all_clients']:.1f} requests from all clients "
@@ -517,7 +598,8 @@ def markdown(result: dict[str, Any]) -> str:
         "# Operator scale (one replica, kwok control plane, real Prometheus)", "",
         f"Machine: {result['machine']['cpu_model']}, {result['machine']['cores']} cores, {_load(result)}. "
         f"Windows of {result['window_s']:.0f} s, "
-        f"{STEADY_WINDOWS} windows of steady state per N; tick lag is an upper bound (histogram bucket edge)."
+        f"{result['runs'][0].get('steady_windows', STEADY_WINDOWS) if result['runs'] else STEADY_WINDOWS} windows "
+        "of steady state per N; tick lag is an upper bound (histogram bucket edge)."
         + (f" Asked for N = {', '.join(map(str, result['counts']))}; not finished before the run was stopped: "
            f"{', '.join(map(str, result['unfinished']))}." if result.get("unfinished") else ""), "",
         limit(result), "",
@@ -564,6 +646,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window-s", type=float, default=WINDOW_S)
     parser.add_argument("--out", type=Path, default=RESULTS, help="where operator_scale.json and .md go")
     parser.add_argument("--render", action="store_true", help="only render the .md (and json) from the .json there")
+    parser.add_argument("--steady-windows", type=int, default=STEADY_WINDOWS)
+    parser.add_argument("--paced", type=int, default=PACED, help="creates paced at 1/s at the largest N")
+    parser.add_argument("--py-spy", help="a py-spy binary: profile the operator over the steady windows at the "
+                        "largest N (collapsed stacks next to the results)")
+    parser.add_argument("--compare-workers", type=int, nargs="*", default=[],
+                        help="at the largest N, restart the operator with each of these tick worker counts in turn")
     args = parser.parse_args(argv)
     if args.render:
         recorded = json.loads((args.out / "operator_scale.json").read_text())
@@ -590,8 +678,13 @@ def main(argv: list[str] | None = None) -> int:
             install_tunedmodel_crd(cluster)
             runs = []
             for n in args.counts:
-                runs.append(run_count(cluster, n, args.window_s, workdir,
-                                      paced=PACED if n == max(args.counts) else 0))
+                largest = n == max(args.counts)
+                runs.append(run_count(cluster, n, args.window_s, workdir, paced=args.paced if largest else 0,
+                                      steady_windows=args.steady_windows, py_spy=args.py_spy if largest else None,
+                                      compare_workers=tuple(args.compare_workers) if largest else ()))
+                for found in workdir.glob("py-spy-*.txt"):
+                    args.out.mkdir(parents=True, exist_ok=True)
+                    found.replace(args.out / found.name)
                 print(json.dumps(runs[-1]), flush=True)
                 write(args, runs)  # after each N: a run stopped later keeps the counts it finished
         finally:

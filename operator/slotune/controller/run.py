@@ -19,6 +19,7 @@ from slotune.api import TunedModel, TunedModelSpec, TuningMode
 from slotune.backends.kube_api import KubeAPI
 from slotune.backends.kube_canary import CanaryStart
 from slotune.backends.kube_deployment import KubernetesBackend
+from slotune.controller import telemetry
 from slotune.controller.events import EventRecorder, transition_events
 from slotune.controller.measure import PromQLSource
 from slotune.controller.status import Health, StatusStateStore, readiness
@@ -124,6 +125,9 @@ class TuningRun:
         if look:  # Ready follows the pods even while the loop waits out a window
             self._ready = self.store.refresh()
         wake_at_s = self.tuner.wake_at_s
+        telemetry.TICKS.labels("poll" if wake_at_s is None else "window").inc()
+        if look:
+            telemetry.TICKS_LOOKED.inc()
         if wake_at_s is None:  # a rollout, a retry or an apply in flight: look again soon, less often if idle
             self._polls = 0 if self.store.last() is not before else self._polls + 1
             return min(self.settings.tick_s * 2 ** min(self._polls, 16), max(self.settings.tick_s, LOOK_S))

@@ -38,6 +38,10 @@ GC_PAUSE = Histogram("slotune_operator_gc_pause_seconds",
 # A tick that finds its window's read still in flight holds a worker for nothing (windows.py's patience).
 TICKS_READ_IN_FLIGHT = Counter("slotune_operator_ticks_read_in_flight",
                                "Ticks that found their window's read in flight")
+# What each tick left to wait for: a window's end ("window"), nothing known, polled again soon ("poll"); and how many
+# ticks also looked at the children (the LOOK_S look: a Secret to rotate, readiness).
+TICKS = Counter("slotune_operator_ticks", "Ticks by what the next one waits for", ["next"])
+TICKS_LOOKED = Counter("slotune_operator_ticks_looked", "Ticks that also looked at the children")
 DAEMONS = Gauge("slotune_operator_tunedmodels", "TunedModels whose tuning daemon runs")
 
 

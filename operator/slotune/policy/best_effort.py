@@ -12,6 +12,7 @@ allow (replicas, then batch), so the config reported as closest is close where i
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from slotune.api.tuning import Knob
@@ -86,15 +87,29 @@ def squeezed(diagnosis: Diagnosis, given: PolicyInput, drafts_tried: bool = True
     helps_both = (enable_prefix_cache(given), quantize(given, ""), chunks)
     if any(r is not None and r.knob in given.tuning.knobs for r in helps_both):
         return None
-    worst = {metric: max((r.ratio for r in diagnosis.violated if r.target.metric is metric), default=0.0)
-             for metric in (LatencyMetric.TTFT, LatencyMetric.TPOT)}
-    if min(worst.values()) <= 1.0 or worst[LatencyMetric.TTFT] * worst[LatencyMetric.TPOT] < SQUEEZED ** 2:
+    worst = _worst_ratios(diagnosis, given)
+    ttft, tpot = worst[LatencyMetric.TTFT], worst[LatencyMetric.TPOT]
+    if max(ttft, tpot) <= 1.0 or min(ttft, tpot) <= 0.0 or ttft * tpot < SQUEEZED ** 2:
         return None
-    if drafts_tried and speculation_could_help(given, worst[LatencyMetric.TPOT]):
+    if drafts_tried and speculation_could_help(given, tpot if tpot > 1.0 else ttft * tpot):
         return None
+    if min(ttft, tpot) > 1.0:
+        misses = f"TTFT misses x{ttft:.1f} and TPOT x{tpot:.1f}"
+    else:
+        missed, met = ("TTFT", "TPOT") if ttft > 1.0 else ("TPOT", "TTFT")
+        misses = (f"{missed} misses x{max(ttft, tpot):.1f} while {met} already uses {min(ttft, tpot):.2f} of its "
+                  f"target (x{ttft * tpot:.1f} to win back by a trade)")
     return (f"at every allowed replica ({c.replicas}) with batches unbound ({s.num_running_mean or 0.0:.1f} of "
-            f"{c.max_num_seqs} running), TTFT misses x{worst[LatencyMetric.TTFT]:.1f} and TPOT "
-            f"x{worst[LatencyMetric.TPOT]:.1f}: the knobs left trade one for the other")
+            f"{c.max_num_seqs} running), {misses}: the knobs left trade one for the other")
+
+
+def _worst_ratios(diagnosis: Diagnosis, given: PolicyInput) -> dict[LatencyMetric, float]:
+    """Observed / target of each latency's worst percentile target, met ones included (0 where none is set): a
+    trade that shortens one latency lengthens the other, so the one met must have room for the other's miss."""
+    results = [*diagnosis.violated, *(r for r in given.slo.evaluate(given.snapshot) if r.met)]
+    return {metric: max((r.ratio for r in results if r.target.metric is metric and math.isfinite(r.ratio)),
+                        default=0.0)
+            for metric in (LatencyMetric.TTFT, LatencyMetric.TPOT)}
 
 
 def speculation_could_help(given: PolicyInput, tpot_miss: float) -> bool:
@@ -108,6 +123,8 @@ def speculation_could_help(given: PolicyInput, tpot_miss: float) -> bool:
     drafts = speculate(given, batch)
     if drafts is None:
         return False  # the roofline expects no gain at this batch, even at the prior
+    if drafts.config.key() in given.excluded_keys:
+        return False  # measured at this very config already (and rolled back)
     if given.spec_acceptance is None:
         return True
     return speculation_estimate(given, drafts.config, batch).speedup * SQUEEZED >= tpot_miss

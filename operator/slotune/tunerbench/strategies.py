@@ -60,6 +60,7 @@ class _EvaluatedDeployment:
     windows_measured: dict[str, int] = field(default_factory=dict)  # per config key, across its applications
     num_windows: int = 0  # measured in all, for a scenario whose traffic shifts
     last: tuple[MetricsSnapshot, RuntimeConfig] | None = None  # the latest window and the config it measured
+    latest: dict[str, MetricsSnapshot] = field(default_factory=dict)  # per config key, its latest window
     start_key: str | None = None
 
     def apply(self, config: RuntimeConfig) -> ApplyResult:
@@ -94,6 +95,7 @@ class _EvaluatedDeployment:
         self.windows_measured[key] = index + 1
         assert snapshot is not None
         self.last = (snapshot, self.running)
+        self.latest[self.running.key()] = snapshot
         return snapshot
 
 
@@ -116,6 +118,13 @@ def run_slotune(evaluator: Evaluator, budget: int) -> Trace:
         state = tuner.step()
         if backend.num_windows > windows and trace.evidence is None and backend.last is not None:
             _look_for_evidence(tuner, before, *backend.last, trace, applied)
+            restored = backend.running
+            if trace.evidence is None and restored is not None and restored != backend.last[1] and \
+                    before.phase is not Phase.INFEASIBLE and restored.key() in backend.latest:
+                # A rollback: the loop asks the policy again about the restored config's window, now knowing the
+                # change measured (e.g. speculation at that very config); so does the evidence, at this window.
+                _look_for_evidence(tuner, state.evolve(phase=before.phase), backend.latest[restored.key()],
+                                   restored, trace, applied)
         trace.note(state)
         return state
 

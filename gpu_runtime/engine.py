@@ -48,6 +48,7 @@ __all__ = [
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _CUDA_ACTIVATION_RESERVE_BYTES = 1 << 30
+DETOKENIZE_CONTEXT = 5  # prompt ids an output's detokenization starts from (vLLM's initial offset)
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,8 @@ class LLMEngine:
         )
         self._seqs[request_id] = seq
         holdback = max((len(s) for s in params.stop), default=1) - 1
-        self._texts[request_id] = _TextState(IncrementalDetokenizer(self.tokenizer), stop_holdback=holdback)
+        context = prompt_token_ids[-DETOKENIZE_CONTEXT:]
+        self._texts[request_id] = _TextState(IncrementalDetokenizer(self.tokenizer, context), stop_holdback=holdback)
         self.scheduler.add(seq)
 
     def _validate_request(self, request_id: str, prompt: list[int], params: SamplingParams) -> None:

@@ -46,15 +46,22 @@ class IncrementalDetokenizer:
 
     Decodes a short window (prefix_offset..) and emits what it adds beyond the already emitted part of that window;
     holds back text ending in U+FFFD (an incomplete UTF-8 sequence), the approach of vLLM/TGI's detokenizers.
+    The window starts on the prompt's last ids (`context`), as vLLM's does: a SentencePiece decoder strips the space
+    in front of the first token it decodes, so the output's first word (" Paris" after "The capital is") would lose
+    its space if decoded alone.
     """
 
     tokenizer: Tokenizer
-    prefix_offset: int = 0
-    read_offset: int = 0
+    context: list[int] = field(default_factory=list)
     text: str = field(default="")
+
+    def __post_init__(self) -> None:
+        self.context = list(self.context)
+        self.prefix_offset, self.read_offset = 0, len(self.context)
 
     def step(self, ids: list[int]) -> str:
         """ids: all output ids so far; returns the new text they add."""
+        ids = self.context + ids
         prefix_text = self.tokenizer.decode(ids[self.prefix_offset : self.read_offset])
         new_text = self.tokenizer.decode(ids[self.prefix_offset :])
         if len(new_text) <= len(prefix_text) or new_text.endswith("\ufffd"):

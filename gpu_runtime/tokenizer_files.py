@@ -59,10 +59,10 @@ def read_tokenizer(path: Path) -> tuple[HFTokenizer, TokenizerSettings]:
             raise ValueError(f"model directory {path} has no tokenizer.json")
         return HFTokenizer.from_file(str(tokenizer_json)), directory_settings(path)
     from gpu_runtime.gguf_model.reader import open_gguf
-    from gpu_runtime.gguf_model.tokenizer import byte_level_backend, tokenizer_settings
+    from gpu_runtime.gguf_model.tokenizer import backend, tokenizer_settings
 
     file = open_gguf(path)
-    return byte_level_backend(file), tokenizer_settings(file)
+    return backend(file), tokenizer_settings(file)
 
 
 def read_tokenizer_settings(path: Path) -> TokenizerSettings:

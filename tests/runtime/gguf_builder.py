@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -98,8 +99,10 @@ def _tokenizer_metadata(writer: GGUFWriter, checkpoint: Path) -> None:
     writer.add_chat_template(cfg["chat_template"])
 
 
-def write_gguf(checkpoint: Path, dest: Path, qtype: GGMLQuantizationType = GGMLQuantizationType.F32) -> Path:
-    """A llama GGUF with the checkpoint's weights (matrices in qtype, 1-D tensors in F32) and tokenizer."""
+def write_gguf(checkpoint: Path, dest: Path, qtype: GGMLQuantizationType = GGMLQuantizationType.F32,
+               vocabulary: Callable[[GGUFWriter], None] | None = None) -> Path:
+    """A llama GGUF with the checkpoint's weights (matrices in qtype, 1-D tensors in F32) and tokenizer, or the
+    tokenizer metadata `vocabulary` writes instead (it must have the checkpoint's vocabulary size)."""
     config = json.loads((checkpoint / "config.json").read_text())
     weights = load_file(str(checkpoint / "model.safetensors"))
     writer = GGUFWriter(dest, "llama")
@@ -112,7 +115,10 @@ def write_gguf(checkpoint: Path, dest: Path, qtype: GGMLQuantizationType = GGMLQ
     writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
     writer.add_rope_freq_base(config["rope_theta"])
     writer.add_file_type(_FILE_TYPES[qtype])
-    _tokenizer_metadata(writer, checkpoint)
+    if vocabulary is None:
+        _tokenizer_metadata(writer, checkpoint)
+    else:
+        vocabulary(writer)
     if (config.get("rope_scaling") or {}).get("rope_type") == "llama3":
         add_tensor(writer, "rope_freqs.weight", llama3_rope_factors(config), GGMLQuantizationType.F32)
     for name, values in weights.items():

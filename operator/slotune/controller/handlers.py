@@ -29,7 +29,7 @@ from slotune.api import GROUP, PLURAL, VERSION, InvalidTunedModel, TunedModel, p
 from slotune.backends.kube_api import KubeAPI
 from slotune.backends.kube_cache import ChildCache
 from slotune.backends.kube_deployment import ChildRefused
-from slotune.controller import telemetry
+from slotune.controller import heap, telemetry
 from slotune.controller.events import EventRecorder
 from slotune.controller.run import TuningRun, deploy
 from slotune.controller.windows import SharedWindows
@@ -109,6 +109,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo.windows = SharedWindows(patience_s=WINDOW_PATIENCE_S, retry_s=memo.settings.tick_s)
     telemetry.serve(memo.settings.metrics_port)
     memo.loop_lag = asyncio.create_task(_watch_loop_lag())
+    memo.heap = asyncio.create_task(heap.keep_old_objects_frozen())  # full GCs scan only young objects (heap.py)
     logging.getLogger("slotune").setLevel(memo.settings.log_level.upper())
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request would drown the operator's log
     settings.posting.level = logging.WARNING  # slotune posts its own events with reasons
@@ -131,6 +132,7 @@ async def _watch_loop_lag(period_s: float = 0.5) -> None:
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
     memo.loop_lag.cancel()
+    memo.heap.cancel()
     memo.windows.close()
     if memo.api.children is not None:
         memo.api.children.stop()  # each watch thread closes its own connection

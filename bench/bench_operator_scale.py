@@ -282,11 +282,11 @@ def run_count(cluster: kwok_cluster.Cluster, n: int, window_s: float, workdir: P
         cpu_before, steady_started, load_before = operator_cpu_s(pid), time.monotonic(), os.getloadavg()[0]
         profiles = profile(py_spy, pid, steady_windows * window_s, workdir / f"py-spy-{n}") if py_spy else []
         time.sleep(steady_windows * window_s)
-        for recorder in profiles:
-            recorder.wait(timeout=120)
         steady_s = time.monotonic() - steady_started
         after = scrape(operator_url), scrape(f"{prometheus.url}/metrics"), apiserver_counters(cluster)
         cpu_s, rss_mib, load_after = operator_cpu_s(pid) - cpu_before, operator_rss_mib(pid), os.getloadavg()[0]
+        for recorder in profiles:  # after the steady span is measured: py-spy takes a while to write its stacks
+            recorder.wait(timeout=120)
         targets = scrape_health(prometheus, n, window_s)
 
         # One more TunedModel at a time into the running fleet: how long a user waits for a new one's Deployment
@@ -530,8 +530,60 @@ def _workers(run: dict[str, Any]) -> str:
     ticks = run.get("tick_duration_s")
     if not ticks:
         return " on 8 workers"  # runs recorded before the measure
-    return (f", each {ticks['mean']:.2f} s on a worker on average (p99 <= {ticks['p99_at_most']} s): the "
+    said = (f", each {ticks['mean']:.2f} s on a worker on average (p99 <= {ticks['p99_at_most']} s): the "
             f"{WORKERS} workers were {ticks['workers_busy_share']:.0%} busy")
+    found = run.get("diagnostics")
+    if found:
+        per = found["ticks_per_tm_window"]
+        api = "; ".join(f"{method} {v['count'] / run.get('steady_s', 1.0):.1f}/s answered in {v['mean_s']:.2f} s "
+                        "on average" for method, v in found["api_request_s"].items())
+        said += (f" ({per['window']:.2f} ticks per TunedModel per window took a window's readings and "
+                 f"{per['poll']:.2f} polled, {found['ticks_read_in_flight_per_tm_window']:.2f} met a read in flight; "
+                 f"slotune's API requests: {api})")
+    profile = run.get("profile")
+    if profile:
+        waits = ", ".join(f"{share:.0%} {what}" for what, share in profile["tick_threads"].items())
+        gil = ", ".join(f"{thread} {share:.0%}" for thread, share in profile["gil_by_thread"].items())
+        said += (f". py-spy over the steady windows: the tick workers' time went to {waits}; the GIL was held "
+                 f"{profile['gil_held_share']:.0%} of the time, by {gil}")
+    gc_seen = (found or {}).get("full_gc")
+    if gc_seen and gc_seen["count"]:
+        said += (f"; {gc_seen['count']:.0f} full garbage collections took {gc_seen['seconds']:.1f} s "
+                 f"(p99 <= {gc_seen['p99_at_most']} s each), stopping every thread")
+    return said
+
+
+def profile_summary(all_threads: Path, gil: Path, seconds: float, rate_hz: float = 20.0) -> dict[str, Any]:
+    """py-spy's collapsed stacks (`profile`) -> where the tick workers' time went (by the slotune call they were in
+    at the leaf: the status PATCH, an event POST, a read of the window, other) and who held the GIL."""
+    def stacks(path: Path) -> list[tuple[str, list[str], int]]:
+        found = []
+        for line in path.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            frames = stack.split(";")
+            thread = frames[0].split("): ", 1)[-1].rstrip("_0123456789") if "): " in frames[0] else frames[0]
+            found.append((thread, frames[1:], int(count)))
+        return found
+
+    kinds = (("EventRecorder", "event POSTs"), ("StatusStateStore", "the status PATCH"),
+             ("KubeAPI.request", "other API requests"), ("SharedWindows", "window reads"))
+    ticks: Counter[str] = Counter()
+    for thread, frames, count in stacks(all_threads):
+        if thread != "slotune-tick":
+            continue
+        text = ";".join(frames)
+        if "KubeAPI.request" not in text and "slotune/" not in text:
+            ticks["idle"] += count
+            continue
+        ticks[next((what for key, what in kinds if key in text), "Python work")] += count
+    total = sum(ticks.values()) or 1
+    held: Counter[str] = Counter()
+    for thread, _, count in stacks(gil):
+        held[thread] += count
+    held_total = sum(held.values()) or 1
+    return {"tick_threads": {k: round(v / total, 2) for k, v in ticks.most_common()},
+            "gil_held_share": round(min(1.0, held_total / (seconds * rate_hz)), 2),
+            "gil_by_thread": {k: round(v / held_total, 2) for k, v in held.most_common(4)}}
 
 
 def _paced(run: dict[str, Any]) -> str:
@@ -547,7 +599,7 @@ def limit(result: dict[str, Any]) -> str:
     """What the largest run met, what it missed, and what bounds it (numbers from the result, never typed)."""
     run = max(result["runs"], key=lambda r: r["tunedmodels"])
     n, load, api = run["tunedmodels"], run["load_average_1m"], run["apiserver_requests_per_s_all_clients"]
-    burst, windows = run["burst"], run.get("steady_windows", STEADY_WINDOWS)
+    burst, windows = run["burst"], run["steady_s"] / run["window_s"]  # the steady span as measured, in windows
     cores = burst["cpu_cores_used"]
     saturated = ("The rate was the machine's: " if cores["machine_busy"] >= 0.9 * result["machine"]["cores"]
                  else "The machine was not saturated: ")
@@ -656,6 +708,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.render:
         recorded = json.loads((args.out / "operator_scale.json").read_text())
         args.counts, args.window_s = recorded["counts"], recorded["window_s"]
+        for run in recorded["runs"]:
+            files = [args.out / f"py-spy-{run['tunedmodels']}-{kind}.txt" for kind in ("all", "gil")]
+            if all(f.exists() for f in files):
+                run["profile"] = profile_summary(*files, run["steady_s"])
         print(markdown(write(args, recorded["runs"], recorded["machine"])))
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # killed: still tear the cluster and processes down

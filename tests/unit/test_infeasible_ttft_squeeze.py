@@ -5,8 +5,9 @@ p99 misses x3.7-4.0 while TPOT p99 holds at 0.87 of its target. A larger token b
 by lengthening every decode step (512 tokens: TPOT x1.7), so no trade wins back x3.2 in product: the same rule as a
 squeeze of both latencies (SQUEEZED squared), counting the met target's ratio. It was called Infeasible only after
 every remedy, with no evidence window. Speculation, which may shorten decodes, is measured first when it never was.
-The rule is swept over every feasible scenario of the benchmark (each replayed below, and each config at every
-allowed replica on two windows when it was written: it never fired).
+The one-sided squeeze also needs the capacity model to put the load beyond maxReplicas (it reads 6-7 for 4 here):
+a busy machine's slow window alone misses TTFT too. The rule is swept over every feasible scenario of the benchmark
+(each replayed below, and each config at every allowed replica on two windows when it was written: it never fired).
 """
 
 from __future__ import annotations

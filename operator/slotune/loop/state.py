@@ -52,6 +52,8 @@ class PendingChange(_Frozen):
     canary_endpoint: str | None = None  # the canary pod's OpenAI endpoint: the quality gate probes it alone
     drain_windows: int = 0  # windows not judged while a capacity increase drained the old backlog (loop.drain)
     drain_backlog: float | None = None  # the last such window's mean waiting requests, all replicas
+    rebaseline: bool = False  # the machine's speed drifted: the previous config serves a fresh baseline window first
+    rebaselined: bool = False  # measured against a fresh baseline once already (loop.rebaseline)
 
 
 class HistoryRecord(_Frozen):

@@ -32,9 +32,10 @@ from slotune.api.tuning import Knob, TuningMode, TuningSpec
 from slotune.diagnosis import Diagnosis, diagnose, window_acceptance
 from slotune.knobs import RuntimeConfig
 from slotune.loop import canary as loop_canary
-from slotune.loop import drain
+from slotune.loop import drain, rebaseline
 from slotune.loop.attainment import as_percentiles, interpolation_evidence, observed
 from slotune.loop.protocols import ApplyResult, Backend, MeasurementSource, MetricsUnavailable, StateStore, WindowOpen
+from slotune.loop.rebaseline import speed_drift
 from slotune.loop.shift import MAX_REFERENCE, Shift, WindowLoad, detect_shift
 from slotune.loop.state import HistoryRecord, InfeasibleReport, PendingChange, TuningState, now_utc
 from slotune.loop.worst_miss import judged_by_worst_miss
@@ -121,7 +122,7 @@ class Tuner:
                 return state
         if state.phase in (Phase.INFEASIBLE, Phase.DEGRADED) and state.pending is None:
             return self._reopen_if_changed(state)
-        if state.pending is not None and not state.pending.applied:
+        if state.pending is not None and not state.pending.applied and not state.pending.rebaseline:
             return self._save(self._apply_pending(state))
         if (quality := loop_canary.quality_first(self.quality, state.pending)) is not None:
             return self._canary_quality(state, quality)  # judged on the canary pod before any latency window
@@ -143,6 +144,8 @@ class Tuner:
                              spec_acceptance=self._measured_acceptance(state, snapshot))
         if self.problem.tuning.mode is TuningMode.OFF:
             return self._save(state.evolve(phase=Phase.MEASURING, message="tuning off: reporting only"))
+        if state.pending is not None and state.pending.rebaseline:  # the kept config's fresh baseline (rebaseline)
+            return self._save(self._rebaselined(state, snapshot))
         state = state.evolve(noise_floor=loop_canary.observe_noise(self.source, state, self.problem.slo))
         state = self._watch_load(state, snapshot)
         if state.pending is not None:
@@ -418,6 +421,12 @@ class Tuner:
             # measured the squeeze at the roomiest config (policy.squeeze_verdict), whichever way it moved.
             return state.evolve(first_after=snapshot, message=(
                 f"{pending.change}: {verdict.reason}; measuring one more window before deciding")), False
+        if (drift := speed_drift(self.problem.deployment, pending, baseline, snapshot, verdict)) is not None:
+            again = pending.model_copy(update={"applied": False, "rebaseline": True, "rebaselined": True})
+            phase = Phase.INFEASIBLE if state.phase is Phase.INFEASIBLE else Phase.TUNING  # best effort stays so
+            return self._restore(state.evolve(pending=again, baseline=None, first_after=None, phase=phase,
+                                              message=rebaseline.describe(pending, drift, verdict.reason)),
+                                 pending.previous), False
         earlier, state = state.first_after, state.evolve(first_after=None)
         if pending.canary_pod is not None:
             self.backend.end_canary()  # type: ignore[attr-defined]  # the apply below brings every pod to one config
@@ -462,6 +471,14 @@ class Tuner:
                 return self._apply_pending(self._save(intent)), False
         # The baseline window still describes the restored config: decide the next change from it right away.
         return self._decide(state.evolve(baseline=None), baseline), False
+
+    def _rebaselined(self, state: TuningState, snapshot: MetricsSnapshot) -> TuningState:
+        """The fresh baseline measured: the candidate again, judged against it (not a new change)."""
+        assert state.pending is not None
+        pending = state.pending.model_copy(update={"rebaseline": False})
+        applied = self._apply_pending(state.evolve(pending=pending, baseline=snapshot))
+        again = applied.pending is not None and applied.pending.applied
+        return applied.evolve(changes_applied=state.changes_applied) if again else applied
 
     def _squeezed(self, state: TuningState, config: RuntimeConfig, snapshot: MetricsSnapshot) -> bool:
         """Whether this window of `config` measured the squeeze at the roomiest config, or one but for the last

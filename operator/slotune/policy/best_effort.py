@@ -96,9 +96,14 @@ def squeezed(diagnosis: Diagnosis, given: PolicyInput, drafts_tried: bool = True
     if min(ttft, tpot) > 1.0:
         misses = f"TTFT misses x{ttft:.1f} and TPOT x{tpot:.1f}"
     else:
+        # One latency met: only where the capacity model, too, puts the load beyond every allowed replica (within
+        # its error, FAR_BEYOND) is the miss the load's and not a slow window's (a busy machine's TTFT alone).
+        needed = capacity.replicas_needed(given.deployment, roomiest(given), load_of(given), tpot_target(given.slo))
+        if needed <= max_replicas(given):
+            return None
         missed, met = ("TTFT", "TPOT") if ttft > 1.0 else ("TPOT", "TTFT")
         misses = (f"{missed} misses x{max(ttft, tpot):.1f} while {met} already uses {min(ttft, tpot):.2f} of its "
-                  f"target (x{ttft * tpot:.1f} to win back by a trade)")
+                  f"target (x{ttft * tpot:.1f} to win back by a trade; the load needs about {needed} replicas)")
     return (f"at every allowed replica ({c.replicas}) with batches unbound ({s.num_running_mean or 0.0:.1f} of "
             f"{c.max_num_seqs} running), {misses}: the knobs left trade one for the other")
 

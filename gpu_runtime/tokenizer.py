@@ -25,6 +25,7 @@ class Tokenizer:
         ids = {*eos_token_ids, *([self.eos_token_id] if self.eos_token_id is not None else [])}
         self.eos_token_ids: frozenset[int] = frozenset(ids)
         self.add_bos_token = settings.add_bos_token
+        self._anchor: int | None = None
 
     @property
     def vocab_size(self) -> int:
@@ -38,6 +39,15 @@ class Tokenizer:
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def token_text(self, token_id: int) -> str:
+        """One token's text as it reads inside a text, special tokens spelled out: decoded after an anchor token and
+        the anchor's text cut off, since a SentencePiece decoder strips the space of a token decoded first ("▁Paris"
+        reads " Paris", as vLLM renders it in logprobs). Part of a UTF-8 character reads as U+FFFD."""
+        if self._anchor is None:
+            self._anchor = self._tok.encode("a", add_special_tokens=False).ids[-1]
+        before = self._tok.decode([self._anchor], skip_special_tokens=False)
+        return self._tok.decode([self._anchor, token_id], skip_special_tokens=False)[len(before):]
 
 
 @dataclass

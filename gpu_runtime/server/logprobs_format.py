@@ -2,9 +2,9 @@
 
 Completions use the legacy shape (tokens, token_logprobs, top_logprobs as text -> logprob with the sampled token
 included, text_offset); chat uses `content: [{token, logprob, bytes, top_logprobs: [...]}]` with the top
-alternatives only. A token's text is its id decoded alone with special tokens kept, so a token holding part of a
-UTF-8 character reads as U+FFFD, as in vLLM. -inf (a token a logits row rules out) becomes -9999.0 as in vLLM, since
-JSON has no infinity.
+alternatives only. A token's text is what it adds inside a text, special tokens kept (`Tokenizer.token_text`),
+so a token holding part of a UTF-8 character reads as U+FFFD, as in vLLM. -inf (a token a logits row rules out)
+becomes -9999.0 as in vLLM, since JSON has no infinity.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class LogprobFormatter:
     def token_text(self, token_id: int) -> str:
         text = self._texts.get(token_id)
         if text is None:
-            text = self._texts[token_id] = self._tokenizer.decode([token_id], skip_special_tokens=False)
+            text = self._texts[token_id] = self._tokenizer.token_text(token_id)
         return text
 
     def completion(self, entries: list[TokenLogprob], text_offset: int = 0) -> CompletionLogprobs:

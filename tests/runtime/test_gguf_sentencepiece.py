@@ -132,3 +132,13 @@ def test_the_engine_serves_the_file_and_its_text_is_the_tokens(model_file: Path,
             text += out.new_text
     assert len(ids) == 16
     assert text == trained.decode(prompt[1:] + ids)[len(trained.decode(prompt[1:])):]
+
+
+def test_a_tokens_text_in_logprobs_keeps_its_space(model_file: Path, trained: spm.SentencePieceProcessor) -> None:
+    """Logprobs name each token by its text; decoded alone, "▁Paris" would read "Paris", so the texts of a
+    completion's tokens would not add up to its text, and "▁Paris" and "Paris" would collide in top_logprobs."""
+    ours = Tokenizer(model_file)
+    ids = trained.encode("The capital of France is Paris")
+    assert "".join(ours.token_text(i) for i in ids) == " The capital of France is Paris"
+    assert ours.token_text(trained.piece_to_id("▁is")) == " is" and ours.token_text(trained.eos_id()) == "</s>"
+    assert ours.token_text(trained.piece_to_id("<0xE6>")) == "\ufffd"  # part of a character, as vLLM shows it

@@ -93,7 +93,7 @@ class OpenAIHandlers:
         self._check_model(body.model)
         prompt = self.model.chat_template.render(body.messages, body.add_generation_prompt,
                                                  body.continue_final_message, body.chat_template_kwargs)
-        prompt_ids = self._prompt_ids(prompt)
+        prompt_ids = self._prompt_ids(prompt, body.add_special_tokens)  # a template writes its own BOS (vLLM's rule)
         # Chat defaults to the rest of the context, as vLLM does.
         params = self._params(body, prompt_ids, body.output_limit or self.model.max_model_len - len(prompt_ids))
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -115,8 +115,9 @@ class OpenAIHandlers:
         if name != self.model.name:
             raise APIError(404, f"The model `{name}` does not exist.", type_="NotFoundError", code="model_not_found")
 
-    def _prompt_ids(self, prompt: str | list[int]) -> list[int]:
-        ids = self.engine.engine.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+    def _prompt_ids(self, prompt: str | list[int], add_special_tokens: bool = True) -> list[int]:
+        tokenizer = self.engine.engine.tokenizer
+        ids = tokenizer.encode(prompt, add_special_tokens) if isinstance(prompt, str) else list(prompt)
         if not ids:
             raise APIError(400, "prompt is empty after tokenization")
         if any(not 0 <= token < self.model.vocab_size for token in ids):

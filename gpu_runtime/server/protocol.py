@@ -167,6 +167,8 @@ class ChatCompletionRequest(_SamplingFields):
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, object] | None = None
+    # vLLM's: BOS and the like on top of the template's own; off, since templates write their BOS themselves
+    add_special_tokens: bool = False
 
     @model_validator(mode="after")
     def _top_logprobs_need_logprobs(self) -> ChatCompletionRequest:

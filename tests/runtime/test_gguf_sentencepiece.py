@@ -12,12 +12,14 @@ import io
 import random
 from pathlib import Path
 
+import openai
 import pytest
 from gguf import GGUFWriter, TokenType
 
 from gpu_runtime.checkpoint import build_checkpoint
 from gpu_runtime.engine import EngineConfig, LLMEngine, SamplingParams
 from gpu_runtime.tokenizer import IncrementalDetokenizer, Tokenizer
+from tests.harness.runtime import RuntimeServer
 from tests.runtime.gguf_builder import write_gguf
 
 spm = pytest.importorskip("sentencepiece")
@@ -26,6 +28,9 @@ VOCAB_SIZE = 512  # the nano checkpoint's
 TEXTS = ["Hello, world!", "The capital of France is Paris.", "  two leading spaces,  and   inner ones ",
          "line one\nline two\n\n\ttabbed", "numbers 1234567 and 3.14159", "café naïve résumé", "日本語 🙂 ✓ Ω",
          "", " ", "(parenthesis) [brackets] {braces}"]
+# Llama 2's chat template in short: it writes BOS itself, as most templates do.
+LLAMA2_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] }} [/INST]"
+                   "{% else %} {{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}")
 _WORDS = ["the", "capital", "of", "france", "is", "paris", "a", "city", "river", "model", "token", "piece", "serving",
           "latency", "batch", "decode", "prefill", "café", "naïve", "résumé", "world", "hello", "line", "two", "one"]
 
@@ -68,6 +73,7 @@ def _vocabulary(sp: spm.SentencePieceProcessor):
         writer.add_bos_token_id(sp.bos_id())
         writer.add_eos_token_id(sp.eos_id())
         writer.add_unk_token_id(sp.unk_id())
+        writer.add_chat_template(LLAMA2_TEMPLATE)
 
     return write
 
@@ -142,3 +148,23 @@ def test_a_tokens_text_in_logprobs_keeps_its_space(model_file: Path, trained: sp
     assert "".join(ours.token_text(i) for i in ids) == " The capital of France is Paris"
     assert ours.token_text(trained.piece_to_id("▁is")) == " is" and ours.token_text(trained.eos_id()) == "</s>"
     assert ours.token_text(trained.piece_to_id("<0xE6>")) == "\ufffd"  # part of a character, as vLLM shows it
+
+
+def test_a_chat_prompt_starts_with_one_bos(model_file: Path, trained: spm.SentencePieceProcessor,
+                                           tmp_path: Path) -> None:
+    """The template writes BOS; the file asks for BOS too. Chat adds none on top (vLLM's add_special_tokens=False),
+    a completion of the same text does, as in vLLM and llama.cpp."""
+    server = RuntimeServer(model_file, tmp_path)
+    try:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="none")
+        chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hello there"}],
+                                              max_tokens=1)
+        rendered = trained.encode("[INST] hello there [/INST]")
+        assert chat.usage.prompt_tokens == 1 + len(rendered)
+        text = client.completions.create(model="tiny", prompt="<s>[INST] hello there [/INST]", max_tokens=1)
+        assert text.usage.prompt_tokens == 2 + len(rendered)
+        more = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hello there"}],
+                                              max_tokens=1, extra_body={"add_special_tokens": True})
+        assert more.usage.prompt_tokens == 2 + len(rendered)
+    finally:
+        server.stop()

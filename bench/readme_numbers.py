@@ -140,8 +140,9 @@ def tuner_rows(tuner: Result) -> list[str]:
         _row("tuner, infeasible scenarios recognised",
              f"slotune **{recognised}**, {wrongly} wrongly; baselines cannot tell", "tuner.md"),
         _row("tuner, infeasible called within 2 changes of the first window whose evidence sufficed (the model: a "
-             "target below every allowed floor, or a load far beyond maxReplicas; measured: TTFT and TPOT both missed "
-             "at the roomiest allowed config)",
+             "target below every allowed floor, or a load far beyond maxReplicas; measured at the roomiest allowed "
+             "config: TTFT and TPOT both missed, or one missed by more than the other's room with the load beyond "
+             "maxReplicas)",
              f"slotune **{within} of {on_evidence}**"
              + ("" if most is None else f", at most {most} change{'' if most == 1 else 's'} after it")
              + f"; {ours['infeasible_recognised'] - on_evidence} more called after every remedy was tried", "tuner.md"),

@@ -62,6 +62,17 @@ def _body(i: int) -> kopf.Body:
     return kopf.Body(manifest)
 
 
+def _fleet_memo(windows: SharedWindows, workers: int) -> kopf.Memo:
+    """The operator's memo as the daemons see it, with `_Run` reading from `windows` (the runs list emptied)."""
+    _Run.runs, _Run.windows = [], windows
+    memo = kopf.Memo()
+    memo.settings = OperatorSettings(tick_s=0.01, prometheus_url="http://prometheus:9090")
+    memo.pool = ThreadPoolExecutor(max_workers=workers)
+    memo.windows = windows
+    memo.api = None
+    return memo
+
+
 def test_a_tick_takes_a_worker_only_once_its_windows_read_answered(monkeypatch) -> None:
     release, reads = threading.Event(), []
 
@@ -70,14 +81,8 @@ def test_a_tick_takes_a_worker_only_once_its_windows_read_answered(monkeypatch) 
         release.wait(30)
         return {(d, "m"): WindowReadings(window_s=window_s, num_requests=7) for d in deployments or ()}
 
-    _Run.runs = []
-    _Run.windows = SharedWindows(read, clock=lambda: 1001.0, patience_s=0.0)
+    memo = _fleet_memo(SharedWindows(read, clock=lambda: 1001.0, patience_s=0.0), workers=2)
     monkeypatch.setattr(handlers, "TuningRun", _Run)
-    memo = kopf.Memo()
-    memo.settings = OperatorSettings(tick_s=0.01, prometheus_url="http://prometheus:9090")
-    memo.pool = ThreadPoolExecutor(max_workers=2)
-    memo.windows = _Run.windows
-    memo.api = None
     for i in range(FLEET):  # each registered for the window before it ended (PromQLSource.measure does)
         _Run.windows.want(KEY, f"model-{i}-runtime")
     setter: aioenums.FlagSetter = aioenums.FlagSetter()
@@ -127,15 +132,9 @@ def test_a_daemon_parses_its_spec_once_per_generation_not_every_tick(monkeypatch
             self.ticks.append(True)
             return 0.0
 
-    _Run.runs = []
-    _Run.windows = SharedWindows(lambda *args: {}, clock=lambda: 1001.0)
+    memo = _fleet_memo(SharedWindows(lambda *args: {}, clock=lambda: 1001.0), workers=1)
     monkeypatch.setattr(handlers, "TuningRun", _Ticking)
     monkeypatch.setattr(handlers, "parse", counted)
-    memo = kopf.Memo()
-    memo.settings = OperatorSettings(tick_s=0.01, prometheus_url="http://prometheus:9090")
-    memo.pool = ThreadPoolExecutor(max_workers=1)
-    memo.windows = _Run.windows
-    memo.api = None
     setter: aioenums.FlagSetter = aioenums.FlagSetter()
     stopped = aioenums.AsyncFlagWaiter(setter)
 

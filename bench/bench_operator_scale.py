@@ -651,7 +651,10 @@ def markdown(result: dict[str, Any]) -> str:
         f"Machine: {result['machine']['cpu_model']}, {result['machine']['cores']} cores, {_load(result)}. "
         f"Windows of {result['window_s']:.0f} s, "
         f"{result['runs'][0].get('steady_windows', STEADY_WINDOWS) if result['runs'] else STEADY_WINDOWS} windows "
-        "of steady state per N; tick lag is an upper bound (histogram bucket edge)."
+        "of steady state per N; tick lag is an upper bound (histogram bucket edge), counted from the moment a tick's "
+        "window readings are in (a daemon awaits its window's shared read on the event loop; that read's own delay "
+        "after the window's end is the 'window read delay' column), so a window's end to its tick takes at most the "
+        "two added."
         + (f" Asked for N = {', '.join(map(str, result['counts']))}; not finished before the run was stopped: "
            f"{', '.join(map(str, result['unfinished']))}." if result.get("unfinished") else ""), "",
         limit(result), "",

@@ -106,6 +106,7 @@ class TuningState(_Frozen):
     spec_key: str = ""  # the SLO and tuning it came to rest under: a spec change re-opens Infeasible and Degraded
     windows_met: int = 0
     windows_missed: int = 0  # consecutive violations after convergence (hysteresis before retuning)
+    forgiven_of: str = ""  # the config (described) whose one missed window while confirming was measured again
     cooldown_until_s: float = 0.0
     metrics_available: bool = True
     slo_met: bool | None = None

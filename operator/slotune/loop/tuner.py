@@ -239,11 +239,19 @@ class Tuner:
         state = self._track_best(state, snapshot)
         if state.slo_met:
             return self._confirm(state, snapshot)
+        running = state.current.describe()
+        confirming = state.phase is Phase.MEASURING and state.windows_met > 0 and state.streak_of == running
         state = state.evolve(settled=False, streak=())
         if state.phase is Phase.CONVERGED and state.windows_missed + 1 < RETUNE_AFTER_MISSED_WINDOWS:
             return state.evolve(windows_missed=state.windows_missed + 1,
                                 message="SLO missed once after convergence; retuning only if it misses again")
-        return self._decide(state.evolve(windows_met=0, windows_missed=0), snapshot)
+        # A config that met the SLO in the windows before and misses one while confirming, with nothing left to try,
+        # is measured again before Infeasible, as a converged one is before retuning: one window on a busy machine
+        # is not evidence. Once per config, so one whose windows alternate met and missed is judged at its second.
+        forgive = state.evolve(windows_met=0, forgiven_of=running, message=(
+            f"SLO missed in one window after {state.windows_met} met at {running}, with no change left to try: "
+            "measuring it again before calling it Infeasible")) if confirming and state.forgiven_of != running else None
+        return self._decide(state.evolve(windows_met=0, windows_missed=0), snapshot, forgive=forgive)
 
     def _confirm(self, state: TuningState, snapshot: MetricsSnapshot) -> TuningState:
         """The window meets every target. Converged only once the upper confidence bound of every percentile, over
@@ -288,9 +296,11 @@ class Tuner:
                                     message=f"every SLO target holds, without margin: {margins}")
         return self._decide(margin_state, pooled, tight)
 
-    def _decide(self, state: TuningState, snapshot: MetricsSnapshot, slo: SLOSpec | None = None) -> TuningState:
+    def _decide(self, state: TuningState, snapshot: MetricsSnapshot, slo: SLOSpec | None = None,
+                forgive: TuningState | None = None) -> TuningState:
         """`slo`: the SLO to decide against (the declared one, or it tightened for margin); a target missed by
-        attainment alone reaches the policy as a percentile that misses (loop.attainment.as_percentiles)."""
+        attainment alone reaches the policy as a percentile that misses (loop.attainment.as_percentiles).
+        `forgive`: the state to return instead of Infeasible (a missed window after met ones, see _judge)."""
         slo = slo or as_percentiles(self.problem.slo, snapshot)
         diagnosis = self._diagnose(state, state.current, snapshot, slo)
         if diagnosis.primary is None:  # a margin change rolled back: its baseline met every target, measure again
@@ -306,6 +316,8 @@ class Tuner:
             return self._give_up(state, report, diagnosis.report(), snapshot)
         decision = propose(diagnosis, replace(self._policy_input(state, snapshot, revisit_kept=True), slo=slo))
         if isinstance(decision, Infeasible):
+            if forgive is not None:
+                return forgive
             report = InfeasibleReport(closest=decision.closest, reason=decision.reason, needs=decision.needs,
                                       out_of_reach=decision.out_of_reach)
             return self._give_up(state, report, diagnosis.report("; ".join(decision.needs)), snapshot,

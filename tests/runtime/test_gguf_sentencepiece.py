@@ -14,6 +14,7 @@ from pathlib import Path
 
 import openai
 import pytest
+import sentencepiece as spm
 from gguf import GGUFWriter, TokenType
 
 from gpu_runtime.checkpoint import build_checkpoint
@@ -21,8 +22,6 @@ from gpu_runtime.engine import EngineConfig, LLMEngine, SamplingParams
 from gpu_runtime.tokenizer import IncrementalDetokenizer, Tokenizer
 from tests.harness.runtime import RuntimeServer
 from tests.runtime.gguf_builder import write_gguf
-
-spm = pytest.importorskip("sentencepiece")
 
 VOCAB_SIZE = 512  # the nano checkpoint's
 TEXTS = ["Hello, world!", "The capital of France is Paris.", "  two leading spaces,  and   inner ones ",

@@ -35,7 +35,6 @@ from slotune.loop import canary as loop_canary
 from slotune.loop import drain, rebaseline
 from slotune.loop.attainment import as_percentiles, interpolation_evidence, observed
 from slotune.loop.protocols import ApplyResult, Backend, MeasurementSource, MetricsUnavailable, StateStore, WindowOpen
-from slotune.loop.rebaseline import speed_drift
 from slotune.loop.shift import MAX_REFERENCE, Shift, WindowLoad, detect_shift
 from slotune.loop.state import HistoryRecord, InfeasibleReport, PendingChange, TuningState, now_utc
 from slotune.loop.worst_miss import judged_by_worst_miss
@@ -433,7 +432,7 @@ class Tuner:
             # measured the squeeze at the roomiest config (policy.squeeze_verdict), whichever way it moved.
             return state.evolve(first_after=snapshot, message=(
                 f"{pending.change}: {verdict.reason}; measuring one more window before deciding")), False
-        if (drift := speed_drift(self.problem.deployment, pending, baseline, snapshot, verdict)) is not None:
+        if (drift := rebaseline.speed_drift(self.problem.deployment, pending, baseline, snapshot, verdict)) is not None:
             again = pending.model_copy(update={"applied": False, "rebaseline": True, "rebaselined": True})
             phase = Phase.INFEASIBLE if state.phase is Phase.INFEASIBLE else Phase.TUNING  # best effort stays so
             return self._restore(state.evolve(pending=again, baseline=None, first_after=None, phase=phase,

@@ -27,6 +27,7 @@ from slotune.api.tuning import Knob
 from slotune.canary_noise import NoiseFloor
 from slotune.canary_pool import CanaryPool
 from slotune.knobs import RuntimeConfig
+from slotune.loop.futile import LuckyKeep
 from slotune.loop.shift import WindowLoad
 from slotune.snapshot import LatencyMetric, MetricsSnapshot
 
@@ -107,6 +108,8 @@ class TuningState(_Frozen):
     windows_met: int = 0
     windows_missed: int = 0  # consecutive violations after convergence (hysteresis before retuning)
     forgiven_of: str = ""  # the config (described) whose one missed window while confirming was measured again
+    lucky: LuckyKeep | None = None  # the last change, kept on a met window alone: re-judged on its next miss
+    futile_knobs: tuple[Knob, ...] = ()  # at every allowed replica, measured not to move the windows that miss
     cooldown_until_s: float = 0.0
     metrics_available: bool = True
     slo_met: bool | None = None

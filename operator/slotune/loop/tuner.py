@@ -32,7 +32,7 @@ from slotune.api.tuning import Knob, TuningMode, TuningSpec
 from slotune.diagnosis import Diagnosis, diagnose, window_acceptance
 from slotune.knobs import RuntimeConfig
 from slotune.loop import canary as loop_canary
-from slotune.loop import drain, rebaseline
+from slotune.loop import drain, futile, rebaseline
 from slotune.loop.attainment import as_percentiles, interpolation_evidence, observed
 from slotune.loop.protocols import ApplyResult, Backend, MeasurementSource, MetricsUnavailable, StateStore, WindowOpen
 from slotune.loop.shift import MAX_REFERENCE, Shift, WindowLoad, detect_shift
@@ -240,7 +240,7 @@ class Tuner:
             return self._confirm(state, snapshot)
         running = state.current.describe()
         confirming = state.phase is Phase.MEASURING and state.windows_met > 0 and state.streak_of == running
-        state = state.evolve(settled=False, streak=())
+        state = self._judge_lucky(state.evolve(settled=False, streak=()), snapshot)
         if state.phase is Phase.CONVERGED and state.windows_missed + 1 < RETUNE_AFTER_MISSED_WINDOWS:
             return state.evolve(windows_missed=state.windows_missed + 1,
                                 message="SLO missed once after convergence; retuning only if it misses again")
@@ -251,6 +251,24 @@ class Tuner:
             f"SLO missed in one window after {state.windows_met} met at {running}, with no change left to try: "
             "measuring it again before calling it Infeasible")) if confirming and state.forgiven_of != running else None
         return self._decide(state.evolve(windows_met=0, windows_missed=0), snapshot, forgive=forgive)
+
+    def _judge_lucky(self, state: TuningState, missed: MetricsSnapshot) -> TuningState:
+        """A window of a config kept on a met window alone missed: did that change move the windows that miss
+        (loop.futile)? Its knob is futile at every allowed replica when it did not."""
+        lucky = state.lucky
+        if lucky is None or lucky.config_key != state.current.key():
+            return state.evolve(lucky=None) if lucky is not None else state
+        found = futile.futile(lucky, missed)
+        if found is None:
+            return state.evolve(lucky=None)
+        return state.evolve(lucky=None, futile_knobs=tuple(dict.fromkeys((*state.futile_knobs, lucky.knob))),
+                            message=(f"{lucky.change} met one window and misses the next as before "
+                                     f"({found.describe()}): {lucky.knob.value} does not move the windows that miss "
+                                     f"at every allowed replica"))
+
+    def _at_most_replicas(self, config: RuntimeConfig) -> bool:
+        most = self.problem.tuning.bounds.max_replicas
+        return most is None or config.replicas >= most
 
     def _confirm(self, state: TuningState, snapshot: MetricsSnapshot) -> TuningState:
         """The window meets every target. Converged only once the upper confidence bound of every percentile, over
@@ -273,7 +291,7 @@ class Tuner:
             claim = (f"with {CONFIDENCE:.0%} confidence" if not unbounded else
                      f"in {met} windows, by point estimate for {', '.join(unbounded)} (too few requests to bound "
                      f"at {CONFIDENCE:.0%} confidence)")
-            state = state.evolve(phase=Phase.CONVERGED, diagnosis=diagnosis,
+            state = state.evolve(phase=Phase.CONVERGED, diagnosis=diagnosis, lucky=None,  # proven beyond luck
                                  message=f"every SLO target holds {claim}: {margins}",
                                  load_reference=state.load_reference if state.phase is Phase.CONVERGED else
                                  tuple(WindowLoad.of(w) for w in streak))  # the windows it came to rest on
@@ -362,9 +380,10 @@ class Tuner:
             excluded -= {h.config.key() for h in state.history if h.verdict is Verdict.KEPT
                          and h.config.replicas > current.replicas
                          and h.config == current.with_changes(replicas=h.config.replicas)}
+        futile_knobs = frozenset(state.futile_knobs) if self._at_most_replicas(state.current) else frozenset()
         return PolicyInput(state.current, snapshot, self.problem.slo, self.problem.tuning, self._deployment(state),
                            excluded, state.rolled_back_moves, state.best, self.problem.workload,
-                           state.prepared_replicas, state.spec_acceptance, self.problem.draft_model)
+                           state.prepared_replicas, state.spec_acceptance, self.problem.draft_model, futile_knobs)
 
     def _apply_pending(self, state: TuningState) -> TuningState:
         pending = state.pending
@@ -447,7 +466,10 @@ class Tuner:
                 f"promoted {pending.change} from canary pod {pending.canary_pod} to every pod")), pending.config), False
         if verdict.keep:
             entry = self._entry(state, pending, Verdict.KEPT, verdict.reason, snapshot)
-            return state.record(entry).evolve(current=pending.config, pending=None, baseline=None), True
+            lucky = futile.lucky_keep(verdict, baseline, snapshot, judged, pending.knob, pending.change,
+                                      pending.config.key(), pending.target_metric, pending.target_percentile) \
+                if not pending.trim and self._at_most_replicas(pending.config) else None
+            return state.record(entry).evolve(current=pending.config, pending=None, baseline=None, lucky=lucky), True
         entry = self._entry(state, pending, Verdict.ROLLED_BACK, verdict.reason, snapshot)
         moves = (*state.rolled_back_moves, move_key(pending.previous, pending.config))
         state = self._restore(state.record(entry).evolve(pending=None, phase=Phase.TUNING, rolled_back_moves=moves,
@@ -608,7 +630,7 @@ class Tuner:
         return state.evolve(phase=Phase.MEASURING, infeasible=None, settled=False, windows_met=0, windows_missed=0,
                             streak=(), load_reference=(), spec_key="", changes_applied=0, rolled_back_moves=(),
                             tried_keys=frozenset({state.current.key()}), best=None, best_badness=None,
-                            prepared_replicas=None, baseline=None, first_after=None,
+                            prepared_replicas=None, baseline=None, first_after=None, lucky=None, futile_knobs=(),
                             spec_acceptance=state.spec_acceptance if same_workload else None,
                             message=f"re-opened: {why}")
 

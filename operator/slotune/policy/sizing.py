@@ -68,7 +68,7 @@ def batch_failed(given: PolicyInput) -> bool:
 def admissible(config: RuntimeConfig, knob: Knob, given: PolicyInput, revisit: bool = False) -> bool:
     """`revisit`: a config tried before may be returned to (never one that failed to start: the deployment's
     startup check still applies)."""
-    if knob not in given.tuning.knobs or config == given.config:
+    if knob not in given.tuning.knobs or knob in given.futile_knobs or config == given.config:
         return False
     if config.key() in given.excluded_keys and not revisit:
         return False

@@ -43,7 +43,7 @@ class Summary:
     false_infeasible: int
     # Of the infeasible scenarios recognised: how many had a window whose evidence sufficed before the verdict
     # (policy.infeasible_evidence), how many of those were called within MAX_CHANGES_AFTER_EVIDENCE changes of it,
-    # and the most changes after it; the rest were called after every remedy was tried and rolled back.
+    # and the most changes after it; the rest were called once the remedies left were tried.
     infeasible_on_evidence: int = 0
     infeasible_within_bound_of_evidence: int = 0
     changes_after_evidence_max: int | None = None
@@ -156,7 +156,7 @@ def render_markdown(results: list[ScenarioResult], summaries: list[Summary], bud
 def _infeasible_cell(mine: StrategyResult) -> str:
     after = mine.changes_after_evidence
     if after is None:
-        return f"infeasible after {mine.changes_to_infeasible} (every remedy tried)"
+        return f"infeasible after {mine.changes_to_infeasible} (remedies left tried)"
     return f"infeasible after {mine.changes_to_infeasible} ({after} after the evidence at {mine.changes_at_evidence})"
 
 
@@ -172,8 +172,9 @@ def _evidence_lines(summaries: list[Summary]) -> list[str]:
             f"{mine.infeasible_recognised} infeasible scenarios slotune recognised, {mine.infeasible_on_evidence} "
             f"had such a window before the verdict, and {mine.infeasible_within_bound_of_evidence} of those were "
             f"called Infeasible within {MAX_CHANGES_AFTER_EVIDENCE} changes of it{most}; the other "
-            f"{mine.infeasible_recognised - mine.infeasible_on_evidence} were called after every remedy was tried and "
-            "rolled back (no window said so sooner)."]
+            f"{mine.infeasible_recognised - mine.infeasible_on_evidence} were called once the remedies left were "
+            "tried: rolled back, or kept on a window that met and then measured not to move the windows that miss "
+            "(`slotune.loop.futile`); no window's model said so sooner."]
 
 
 def _fairness_lines(results: list[ScenarioResult], summaries: list[Summary], budget: int) -> list[str]:

@@ -33,7 +33,7 @@ class StrategyResult:
     @property
     def changes_after_evidence(self) -> int | None:
         """Configs applied after the window whose evidence sufficed until Infeasible was said; None when it was said
-        with no such window before it (every remedy tried and rolled back: the verdict is its own evidence)."""
+        with no such window before it (the remedies left were tried: the verdict is its own evidence)."""
         if self.changes_to_infeasible is None or self.changes_at_evidence is None:
             return None
         return max(0, self.changes_to_infeasible - self.changes_at_evidence)

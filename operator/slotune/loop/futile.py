@@ -1,0 +1,61 @@
+"""A change kept on a window the traffic made kind: did it move the windows that miss?
+
+Before/after verification keeps a change that turned a missed window into a met one without breaking anything. The
+two windows served different traffic, and the bootstrap behind "beyond noise" resamples within each window: it does
+not see how much the next window's bursts differ. On a bursty workload at the SLO's edge a met window is not
+evidence the change helped. In the tuner benchmark's summarization scenarios every allowed replica ran, and TTFT P99
+alternated between windows that met (332-414 ms) and windows with a burst of long prompts that missed (508-660 ms)
+against 500 ms: each token-budget step, 256 -> 512 -> ... -> 8192, met on its first window and was kept against the
+last one's miss, and missed its next window by as much as before. The loop walked the knob to its end and called the
+SLO infeasible after 8 changes.
+
+So such a keep is provisional (`LuckyKeep`) until the config converges with confidence (slo_bound). At every
+allowed replica, when a later window of that config misses the SLO before then, its targeted percentile is compared
+with the baseline's missed window (verification.compare: the block bootstrap of the ratio); a change that did not
+bring it down beyond noise did not move the windows that miss, and its knob is futile here: the policy proposes it
+no more at this replica count (policy.sizing.admissible), and the Infeasible report names it. Below maxReplicas a
+miss after a lucky keep is left to the capacity remedies, which change what a window's burst meets. A futile knob
+is forgotten when the loop re-opens (a spec change, a shift). A canary needs none of this: both arms serve the same
+window's traffic.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from slotune.api.tuning import Knob
+from slotune.slo import SLOSpec
+from slotune.snapshot import LatencyMetric, MetricsSnapshot
+from slotune.verification import MetricChange, Verification, compare
+
+
+class LuckyKeep(BaseModel):
+    """A change kept on a window that met the SLO where the baseline's missed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
+
+    config_key: str
+    knob: Knob
+    change: str
+    metric: LatencyMetric
+    percentile: int
+    baseline: MetricsSnapshot  # the missed window it was kept against
+
+
+def lucky_keep(verdict: Verification, baseline: MetricsSnapshot, after: MetricsSnapshot, slo: SLOSpec, knob: Knob,
+               change: str, config_key: str, metric: LatencyMetric, percentile: int) -> LuckyKeep | None:
+    """The keep to re-judge on the config's next missed window, or None when the verdict stands on its own."""
+    if not verdict.keep or knob is Knob.REPLICAS:
+        return None
+    if slo.is_met(baseline) or not slo.is_met(after):
+        return None
+    return LuckyKeep(config_key=config_key, knob=knob, change=change, metric=metric, percentile=percentile,
+                     baseline=baseline)
+
+
+def futile(lucky: LuckyKeep, missed: MetricsSnapshot) -> MetricChange | None:
+    """The comparison of the baseline's missed window with this missed one when it did not improve beyond noise
+    (the knob did not move the windows that miss); None when it did."""
+    name = f"{lucky.metric.value}_p{lucky.percentile}"
+    change = compare(lucky.baseline.latency(lucky.metric), missed.latency(lucky.metric), lucky.percentile, name)
+    return None if change.improved else change

@@ -163,11 +163,17 @@ def test_without_allow_quality_change_no_output_altering_knob_ever_moves(seed: i
 
 # -- local mode's wiring ----------------------------------------------------------------------------------------------
 
-def test_slotune_tune_hands_its_tuner_a_gate_whose_references_a_fresh_run_drops(tmp_path: Path):
+def test_slotune_tune_hands_its_tuner_a_gate_whose_references_a_fresh_run_drops(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch):
+    from gpu_runtime.model_source import resolve_model
     from slotune.api import load_tunedmodel
     from slotune.local.command import LocalRun
     from tests.unit.api_cases import EXAMPLES
 
+    # The tuner reads the preset's config.json, which the runtime writes when `slotune tune` starts it: built here
+    # into this test's own cache, so the test does not depend on a runtime test having run first.
+    monkeypatch.setenv("SLOTUNE_MODEL_CACHE", str(tmp_path / "models"))
+    resolve_model("builtin://tiny")
     model = load_tunedmodel(next(p for p in EXAMPLES if p.name == "local-tiny.yaml"))
     stale = tmp_path / "quality" / "reference-0.json"
     stale.parent.mkdir()

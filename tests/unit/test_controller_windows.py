@@ -275,6 +275,27 @@ def test_a_source_that_fell_behind_waits_for_its_next_instant_not_a_window_that_
     windows.close()
 
 
+def test_a_window_starts_after_slotunes_own_probe_requests_ended() -> None:
+    """The quality gate probes a canary pod with its own prompts: the latency window judged next must not hold them.
+    A window chosen before the probe ended is moot once it ends inside it; the next starts after it."""
+    now, quiet = [1000.0], [float("-inf")]
+    windows = SharedWindows(lambda *args, **kwargs: {}, clock=lambda: now[0], monotonic=lambda: now[0])
+    manifest = yaml.safe_load(BASE.read_text())
+    manifest["metadata"] |= {"namespace": "team-a", "generation": 1}
+    manifest["spec"].setdefault("tuning", {})["windowSeconds"] = 60.0
+    source = PromQLSource(parse_tunedmodel(manifest), OperatorSettings(tick_s=2.0, prometheus_url="http://p:9090"),
+                          lambda: 0.0, windows, clock=lambda: now[0], quiet_since_s=lambda: quiet[0])
+    with pytest.raises(WindowOpen) as open_window:
+        source.measure(60.0)
+    first_end = open_window.value.ends_at_s
+    assert first_end - 60.0 < 1030.0
+    now[0] = quiet[0] = 1030.0  # the probe set's last answer came back 30 s into that window
+    with pytest.raises(WindowOpen) as open_window:
+        source.measure(60.0)
+    assert open_window.value.ends_at_s - 60.0 >= 1030.0 > first_end - 60.0
+    windows.close()
+
+
 def _named_source(windows: SharedWindows, now: list[float], name: str) -> PromQLSource:
     manifest = yaml.safe_load(BASE.read_text())
     manifest["metadata"] |= {"namespace": "team-a", "generation": 1, "name": name}

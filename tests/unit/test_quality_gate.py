@@ -184,3 +184,22 @@ def test_slotune_tune_hands_its_tuner_a_gate_whose_references_a_fresh_run_drops(
     assert not stale.exists()  # an earlier run's references may be of another model
     assert fresh.quality.store_dir == tmp_path / "quality" and fresh.quality.model == model.spec.model.name
     assert fresh.tuner().quality is fresh.quality
+
+
+def test_the_gate_says_when_its_last_probe_run_ended_failed_or_not():
+    now = [100.0]
+
+    def answers(urls: Sequence[str], model: str, max_tokens: int) -> QualityRecord:
+        now[0] += 25.0  # the probe set takes 25 s
+        if now[0] > 150.0:
+            raise RecordFailed("replica gone")
+        return _record(0.9)
+
+    gate = QualityGate(DEFAULTS, lambda: ["http://replica"], "m", recorder=answers, clock=lambda: now[0])
+    assert gate.probed_until_s == -math.inf
+    gate.before(PLAIN, INT8)  # the reference: 100 -> 125 s
+    assert gate.probed_until_s == 125.0
+    gate.check(PLAIN, INT8)  # the candidate: 125 -> 150 s
+    assert gate.probed_until_s == 150.0
+    gate.before(INT8, NGRAM)  # fails at 175 s: its requests still reached the pods until then
+    assert gate.probed_until_s == 175.0

@@ -38,8 +38,11 @@ _AHEAD_S = 0.001  # a window chosen now ends after now, never at it (its read ma
 
 class PromQLSource:
     def __init__(self, tm: TunedModel, settings: OperatorSettings, changed_at_s: Callable[[], float],
-                 windows: SharedWindows, clock: Callable[[], float] = time.time) -> None:
-        """`changed_at_s`: when the running config last changed (unix s); `windows`: the operator's shared reads."""
+                 windows: SharedWindows, clock: Callable[[], float] = time.time,
+                 quiet_since_s: Callable[[], float] = lambda: float("-inf")) -> None:
+        """`changed_at_s`: when the running config last changed (unix s); `windows`: the operator's shared reads;
+        `quiet_since_s`: when the last of slotune's own requests to the pods ended (the quality gate's probe set):
+        a window starts after it, so the probe's prompts, not the workload's, never count in a latency window."""
         self.url = settings.prometheus_url
         self.engine = tm.spec.runtime.engine
         self.names = names_for(self.engine)
@@ -51,14 +54,19 @@ class PromQLSource:
         self._windows = windows
         windows.join(self.url, self.namespace, self)  # the namespace's size sets its window grid (windows.py)
         self._changed_at_s = changed_at_s
+        self._quiet_since_s = quiet_since_s
         self._clock = clock
         self.last_end_s = clock()  # a fresh operator measures from now on, never data it did not watch
         self.last_reason: UnavailableReason | None = None
         self._chosen: tuple[float, float] | None = None  # (window_s, end_s) registered for, until it is read
 
+    def _settled_s(self) -> float:
+        """The earliest a window may start: after the last change's warm-up and slotune's own last requests."""
+        return max(self._changed_at_s() + self.tuning.warmup_s, self._quiet_since_s())
+
     def _still_chosen(self, window_s: float) -> bool:
-        settled_s = self._changed_at_s() + self.tuning.warmup_s
-        # (a change since it was chosen makes that window moot)
+        settled_s = self._settled_s()
+        # (a change, or a probe that ended inside it, since it was chosen makes that window moot)
         return self._chosen is not None and self._chosen[0] == window_s and self._chosen[1] - window_s >= settled_s
 
     def pending(self) -> Future[Readings] | None:
@@ -74,7 +82,7 @@ class PromQLSource:
         return None if answer.done() else answer
 
     def window_end_s(self, window_s: float) -> float:
-        settled_s = self._changed_at_s() + self.tuning.warmup_s
+        settled_s = self._settled_s()
         if self._still_chosen(window_s):
             assert self._chosen is not None
             return self._chosen[1]

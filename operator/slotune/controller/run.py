@@ -80,10 +80,12 @@ class TuningRun:
         self._ready = True
         self._last_fault: str | None = None
         self._polls = 0  # ticks in a row with an apply in flight and nothing saved
-        self.source = PromQLSource(tm, settings, lambda: self.changed_at_s, windows, clock)
+        quality = QualityGate(tm.spec.quality, self._openai_urls, tm.spec.model.name, submit=in_background,
+                              clock=clock)
+        self.source = PromQLSource(tm, settings, lambda: self.changed_at_s, windows, clock,
+                                   quiet_since_s=lambda: quality.probed_until_s)
         self.store = StatusStateStore(api, tm, self.health, on_saved=self._saved, status=status)
         problem = TuningProblem.from_spec(tm.spec, profile_for(tm.spec))
-        quality = QualityGate(tm.spec.quality, self._openai_urls, tm.spec.model.name, submit=in_background)
         self.tuner = Tuner(problem, _Timed(self), self.source, self.store, clock, quality=quality)
 
     def _openai_urls(self) -> list[str]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -104,9 +105,13 @@ class QualityGate:
     """A `QualityProbe` over the OpenAI endpoints `urls()` returns (the replicas serving now)."""
 
     def __init__(self, spec: QualitySpec, urls: Callable[[], Sequence[str]], model: str,
-                 store_dir: Path | None = None, recorder: Recorder = record, submit: Submit = inline) -> None:
+                 store_dir: Path | None = None, recorder: Recorder = record, submit: Submit = inline,
+                 clock: Callable[[], float] = time.time) -> None:
         self.spec, self.urls, self.model, self.store_dir, self.recorder = spec, urls, model, store_dir, recorder
-        self._submit = submit
+        self._submit, self._clock = submit, clock
+        # When the last probe run ended (`clock`): a latency window must start after it (controller.measure), or the
+        # probe set's prompts would be measured as the workload's.
+        self.probed_until_s = float("-inf")
         self._running: dict[tuple[str, ...], Future[QualityRecord]] = {}  # recordings under way, by what they are for
         self._references: dict[str, QualityRecord | str] = {}  # config key -> record, or why none was taken
         self._verdicts: dict[tuple[str, str], QualityVerdict] = {}
@@ -145,8 +150,7 @@ class QualityGate:
         future = self._running.get(key)
         if future is None:
             ask = urls or self.urls
-            future = self._running[key] = self._submit(
-                lambda: self.recorder(ask(), self.model, self.spec.probe_max_tokens))
+            future = self._running[key] = self._submit(lambda: self._probe(ask))
         if not future.done():
             return None
         del self._running[key]
@@ -154,6 +158,12 @@ class QualityGate:
             return future.result()
         except RecordFailed as error:
             return str(error)
+
+    def _probe(self, urls: Callable[[], Sequence[str]]) -> QualityRecord:
+        try:
+            return self.recorder(urls(), self.model, self.spec.probe_max_tokens)
+        finally:
+            self.probed_until_s = max(self.probed_until_s, self._clock())
 
     def _judge(self, previous: RuntimeConfig, key: tuple[str, str], on: str | None) -> QualityVerdict:
         reference = self._reference(previous)

@@ -43,6 +43,7 @@ def test_a_kept_change_whose_next_window_misses_as_before_is_futile_and_named() 
     assert state.lucky is not None and state.lucky.knob is Knob.MAX_NUM_BATCHED_TOKENS
     state = tuner.step()  # misses as the baseline did: the budget did not move the windows that miss
     assert state.futile_knobs == (Knob.MAX_NUM_BATCHED_TOKENS,), state.message
+    assert "does not move the windows that miss" in state.history[-1].detail  # the kept change's entry says so
     while not state.at_rest:  # a further budget step would ask for a window this backend does not have
         state = tuner.step()
     assert state.phase is Phase.INFEASIBLE, state.message

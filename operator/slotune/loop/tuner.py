@@ -261,10 +261,14 @@ class Tuner:
         found = futile.futile(lucky, missed)
         if found is None:
             return state.evolve(lucky=None)
+        why = (f"kept on a window that met, then missed again as before ({found.describe()} against the baseline's "
+               f"missed window): {lucky.knob.value} does not move the windows that miss at every allowed replica")
+        # The status keeps it where the change is listed, as later messages replace this one.
+        history = tuple(h.model_copy(update={"detail": f"{h.detail}; {why}" if h.detail else why})
+                        if h.verdict is Verdict.KEPT and h.config.key() == lucky.config_key else h
+                        for h in state.history)
         return state.evolve(lucky=None, futile_knobs=tuple(dict.fromkeys((*state.futile_knobs, lucky.knob))),
-                            message=(f"{lucky.change} met one window and misses the next as before "
-                                     f"({found.describe()}): {lucky.knob.value} does not move the windows that miss "
-                                     f"at every allowed replica"))
+                            history=history, message=f"{lucky.change}: {why}")
 
     def _at_most_replicas(self, config: RuntimeConfig) -> bool:
         most = self.problem.tuning.bounds.max_replicas

@@ -12,8 +12,9 @@ SLO infeasible after 8 changes.
 So such a keep is provisional (`LuckyKeep`) until the config converges with confidence (slo_bound). At every
 allowed replica, when a later window of that config misses the SLO before then, its targeted percentile is compared
 with the baseline's missed window (verification.compare: the block bootstrap of the ratio); a change that did not
-bring it down beyond noise did not move the windows that miss, and its knob is futile here: the policy proposes it
-no more at this replica count (policy.sizing.admissible), and the Infeasible report names it. Below maxReplicas a
+bring it down beyond noise did not move the windows that miss, and moving its knob that way is futile here: the
+policy proposes no such move at this replica count (policy.sizing.admissible; the other way may still be a fix),
+and the Infeasible report names it. Below maxReplicas a
 miss after a lucky keep is left to the capacity remedies, which change what a window's burst meets. A futile knob
 is forgotten when the loop re-opens (a spec change, a shift). A canary needs none of this: both arms serve the same
 window's traffic.
@@ -24,6 +25,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from slotune.api.tuning import Knob
+from slotune.knobs import RuntimeConfig
+from slotune.policy.sizing import move_direction
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencyMetric, MetricsSnapshot
 from slotune.verification import MetricChange, Verification, compare
@@ -36,6 +39,7 @@ class LuckyKeep(BaseModel):
 
     config_key: str
     knob: Knob
+    move: str  # policy.sizing.move_direction: the knob and the way it moved
     change: str
     metric: LatencyMetric
     percentile: int
@@ -43,14 +47,15 @@ class LuckyKeep(BaseModel):
 
 
 def lucky_keep(verdict: Verification, baseline: MetricsSnapshot, after: MetricsSnapshot, slo: SLOSpec, knob: Knob,
-               change: str, config_key: str, metric: LatencyMetric, percentile: int) -> LuckyKeep | None:
+               change: str, previous: RuntimeConfig, config: RuntimeConfig, metric: LatencyMetric,
+               percentile: int) -> LuckyKeep | None:
     """The keep to re-judge on the config's next missed window, or None when the verdict stands on its own."""
     if not verdict.keep or knob is Knob.REPLICAS:
         return None
     if slo.is_met(baseline) or not slo.is_met(after):
         return None
-    return LuckyKeep(config_key=config_key, knob=knob, change=change, metric=metric, percentile=percentile,
-                     baseline=baseline)
+    return LuckyKeep(config_key=config.key(), knob=knob, move=move_direction(previous, config, knob), change=change,
+                     metric=metric, percentile=percentile, baseline=baseline)
 
 
 def futile(lucky: LuckyKeep, missed: MetricsSnapshot) -> MetricChange | None:

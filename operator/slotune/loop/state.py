@@ -109,7 +109,7 @@ class TuningState(_Frozen):
     windows_missed: int = 0  # consecutive violations after convergence (hysteresis before retuning)
     forgiven_of: str = ""  # the config (described) whose one missed window while confirming was measured again
     lucky: LuckyKeep | None = None  # the last change, kept on a met window alone: re-judged on its next miss
-    futile_knobs: tuple[Knob, ...] = ()  # at every allowed replica, measured not to move the windows that miss
+    futile_moves: tuple[str, ...] = ()  # at every allowed replica, knob moves that did not move the windows that miss
     cooldown_until_s: float = 0.0
     metrics_available: bool = True
     slo_met: bool | None = None

@@ -262,12 +262,12 @@ class Tuner:
         if found is None:
             return state.evolve(lucky=None)
         why = (f"kept on a window that met, then missed again as before ({found.describe()} against the baseline's "
-               f"missed window): {lucky.knob.value} does not move the windows that miss at every allowed replica")
+               f"missed window): {lucky.move} does not move the windows that miss at every allowed replica")
         # The status keeps it where the change is listed, as later messages replace this one.
         history = tuple(h.model_copy(update={"detail": f"{h.detail}; {why}" if h.detail else why})
                         if h.verdict is Verdict.KEPT and h.config.key() == lucky.config_key else h
                         for h in state.history)
-        return state.evolve(lucky=None, futile_knobs=tuple(dict.fromkeys((*state.futile_knobs, lucky.knob))),
+        return state.evolve(lucky=None, futile_moves=tuple(dict.fromkeys((*state.futile_moves, lucky.move))),
                             history=history, message=f"{lucky.change}: {why}")
 
     def _at_most_replicas(self, config: RuntimeConfig) -> bool:
@@ -384,10 +384,10 @@ class Tuner:
             excluded -= {h.config.key() for h in state.history if h.verdict is Verdict.KEPT
                          and h.config.replicas > current.replicas
                          and h.config == current.with_changes(replicas=h.config.replicas)}
-        futile_knobs = frozenset(state.futile_knobs) if self._at_most_replicas(state.current) else frozenset()
+        futile_moves = frozenset(state.futile_moves) if self._at_most_replicas(state.current) else frozenset()
         return PolicyInput(state.current, snapshot, self.problem.slo, self.problem.tuning, self._deployment(state),
                            excluded, state.rolled_back_moves, state.best, self.problem.workload,
-                           state.prepared_replicas, state.spec_acceptance, self.problem.draft_model, futile_knobs)
+                           state.prepared_replicas, state.spec_acceptance, self.problem.draft_model, futile_moves)
 
     def _apply_pending(self, state: TuningState) -> TuningState:
         pending = state.pending
@@ -471,7 +471,8 @@ class Tuner:
         if verdict.keep:
             entry = self._entry(state, pending, Verdict.KEPT, verdict.reason, snapshot)
             lucky = futile.lucky_keep(verdict, baseline, snapshot, judged, pending.knob, pending.change,
-                                      pending.config.key(), pending.target_metric, pending.target_percentile) \
+                                      pending.previous, pending.config, pending.target_metric,
+                                      pending.target_percentile) \
                 if not pending.trim and self._at_most_replicas(pending.config) else None
             return state.record(entry).evolve(current=pending.config, pending=None, baseline=None, lucky=lucky), True
         entry = self._entry(state, pending, Verdict.ROLLED_BACK, verdict.reason, snapshot)
@@ -634,7 +635,7 @@ class Tuner:
         return state.evolve(phase=Phase.MEASURING, infeasible=None, settled=False, windows_met=0, windows_missed=0,
                             streak=(), load_reference=(), spec_key="", changes_applied=0, rolled_back_moves=(),
                             tried_keys=frozenset({state.current.key()}), best=None, best_badness=None,
-                            prepared_replicas=None, baseline=None, first_after=None, lucky=None, futile_knobs=(),
+                            prepared_replicas=None, baseline=None, first_after=None, lucky=None, futile_moves=(),
                             spec_acceptance=state.spec_acceptance if same_workload else None,
                             message=f"re-opened: {why}")
 

@@ -17,9 +17,9 @@ def infeasible(diagnosis: Diagnosis, given: PolicyInput) -> Infeasible:
     needs = list(_needs(diagnosis, given, closest))
     reason = (f"{diagnosis.bottleneck.value}: no allowed change left that could help "
               f"({', '.join(r.target.name for r in diagnosis.violated)} still violated)")
-    if given.futile_knobs:
-        reason += (f"; {', '.join(sorted(k.value for k in given.futile_knobs))} measured not to move the windows "
-                   "that miss at every allowed replica")
+    if given.futile_moves:
+        reason += (f"; {', '.join(sorted(given.futile_moves))} measured not to move the windows that miss at every "
+                   "allowed replica")
     if diagnosis.out_of_reach:
         reason = (f"{', '.join(diagnosis.out_of_reach)} below what any allowed config can do on this hardware "
                   f"(the least TPOT floor {diagnosis.floors.reachable_tpot_ms:.1f} ms, "

@@ -59,7 +59,7 @@ class PolicyInput:
     prepared_replicas: int | None = None  # a headroom change was just kept to make this replica count hold
     spec_acceptance: float | None = None  # per-token draft acceptance measured on this workload; None: never
     draft_model: str | None = None  # spec.model.draftModel: draft_model speculation only with one
-    futile_knobs: frozenset[Knob] = frozenset()  # measured not to move the windows that miss (loop.futile)
+    futile_moves: frozenset[str] = frozenset()  # measured not to move the windows that miss (sizing.move_direction)
 
 
 class Remedy(NamedTuple):

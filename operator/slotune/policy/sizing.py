@@ -68,7 +68,9 @@ def batch_failed(given: PolicyInput) -> bool:
 def admissible(config: RuntimeConfig, knob: Knob, given: PolicyInput, revisit: bool = False) -> bool:
     """`revisit`: a config tried before may be returned to (never one that failed to start: the deployment's
     startup check still applies)."""
-    if knob not in given.tuning.knobs or knob in given.futile_knobs or config == given.config:
+    if knob not in given.tuning.knobs or config == given.config:
+        return False
+    if given.futile_moves and move_direction(given.config, config, knob) in given.futile_moves:
         return False
     if config.key() in given.excluded_keys and not revisit:
         return False
@@ -87,6 +89,18 @@ def costs_nothing(old: RuntimeConfig, new: RuntimeConfig) -> bool:
     """Turning prefix caching on only skips recomputing tokens already in the cache (vLLM V1 enables it by
     default); every other change trades something away."""
     return old.changed_knobs(new) == {"enable_prefix_caching"} and new.enable_prefix_caching
+
+
+def move_direction(old: RuntimeConfig, new: RuntimeConfig, knob: Knob) -> str:
+    """Which way a change moves its knob: 'max_num_batched_tokens up' (a number), 'speculative on' (any other
+    setting away from off: none, false, auto), 'speculative off'. A knob measured not to move the windows that miss
+    one way may still be the fix the other way (a smaller token budget for TPOT after a larger one did nothing for
+    TTFT)."""
+    before, after = getattr(old, knob.value), getattr(new, knob.value)
+    if isinstance(after, int) and not isinstance(after, bool):
+        return f"{knob.value} {'up' if after > before else 'down'}"
+    off = after is None or after is False or getattr(after, "value", None) in ("none", "auto")
+    return f"{knob.value} {'off' if off else 'on'}"
 
 
 def move_key(old: RuntimeConfig, new: RuntimeConfig) -> str:

@@ -13,6 +13,7 @@ import random
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any
 
@@ -240,13 +241,12 @@ def test_a_window_read_long_after_its_end_is_read_once() -> None:
 
 
 def _source(windows: SharedWindows, now: list[float], window_s: float = 60.0,
-            quiet: list[float] | None = None) -> PromQLSource:
+            quiet_since_s: Callable[[], float] = lambda: float("-inf")) -> PromQLSource:
     manifest = yaml.safe_load(BASE.read_text())
     manifest["metadata"] |= {"namespace": "team-a", "generation": 1}
     manifest["spec"].setdefault("tuning", {})["windowSeconds"] = window_s
-    quiet_since = (lambda: quiet[0]) if quiet is not None else (lambda: float("-inf"))
     return PromQLSource(parse_tunedmodel(manifest), OperatorSettings(tick_s=2.0, prometheus_url="http://p:9090"),
-                        lambda: 0.0, windows, clock=lambda: now[0], quiet_since_s=quiet_since)
+                        lambda: 0.0, windows, clock=lambda: now[0], quiet_since_s=quiet_since_s)
 
 
 def test_a_source_that_fell_behind_waits_for_its_next_instant_not_a_window_that_ended() -> None:
@@ -282,7 +282,7 @@ def test_a_window_starts_after_slotunes_own_probe_requests_ended() -> None:
     A window chosen before the probe ended is moot once it ends inside it; the next starts after it."""
     now, quiet = [1000.0], [float("-inf")]
     windows = SharedWindows(lambda *args, **kwargs: {}, clock=lambda: now[0], monotonic=lambda: now[0])
-    source = _source(windows, now, quiet=quiet)
+    source = _source(windows, now, quiet_since_s=lambda: quiet[0])
     with pytest.raises(WindowOpen) as open_window:
         source.measure(60.0)
     first_end = open_window.value.ends_at_s

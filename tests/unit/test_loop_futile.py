@@ -42,7 +42,7 @@ def test_a_kept_change_whose_next_window_misses_as_before_is_futile_and_named() 
     tuner = _verifying([MET, _window(1300.0, 0.2, 2), MET, _window(1300.0, 0.2, 3)])
     state = tuner.step()
     assert state.history[-1].verdict is Verdict.KEPT and state.current == LARGER
-    assert state.lucky is not None and state.lucky.knob is Knob.MAX_NUM_BATCHED_TOKENS
+    assert state.lucky is not None and state.lucky.move == "max_num_batched_tokens up"
     state = tuner.step()  # misses as the baseline did: the budget did not move the windows that miss
     assert state.futile_moves == ("max_num_batched_tokens up",), state.message
     assert "does not move the windows that miss" in state.history[-1].detail  # the kept change's entry says so

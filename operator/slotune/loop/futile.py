@@ -11,12 +11,12 @@ SLO infeasible after 8 changes.
 
 So such a keep is provisional (`LuckyKeep`) until the config converges with confidence (slo_bound). At every
 allowed replica, when a later window of that config misses the SLO before then, its targeted percentile is compared
-with the baseline's missed window (verification.compare: the block bootstrap of the ratio); a change that did not
-bring it down beyond noise did not move the windows that miss, and moving its knob that way is futile here: the
-policy proposes no such move at this replica count (policy.sizing.admissible; the other way may still be a fix),
-and the Infeasible report names it. Below maxReplicas a
-miss after a lucky keep is left to the capacity remedies, which change what a window's burst meets. A futile knob
-is forgotten when the loop re-opens (a spec change, a shift). A canary needs none of this: both arms serve the same
+with the baseline's missed window (verification.compare: the block bootstrap of the ratio). A change that did not
+bring it down beyond noise did not move the windows that miss: that move of its knob (policy.sizing.move_direction,
+e.g. "max_num_batched_tokens up") is futile here. The policy proposes it no more at this replica count
+(policy.sizing.admissible; the other way may still be a fix), and the Infeasible report names it. Below maxReplicas
+a miss after a lucky keep is left to the capacity remedies, which change what a window's burst meets. Futile moves
+are forgotten when the loop re-opens (a spec change, a shift). A canary needs none of this: both arms serve the same
 window's traffic.
 """
 
@@ -38,7 +38,6 @@ class LuckyKeep(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
 
     config_key: str
-    knob: Knob
     move: str  # policy.sizing.move_direction: the knob and the way it moved
     change: str
     metric: LatencyMetric
@@ -54,13 +53,13 @@ def lucky_keep(verdict: Verification, baseline: MetricsSnapshot, after: MetricsS
         return None
     if slo.is_met(baseline) or not slo.is_met(after):
         return None
-    return LuckyKeep(config_key=config.key(), knob=knob, move=move_direction(previous, config, knob), change=change,
-                     metric=metric, percentile=percentile, baseline=baseline)
+    return LuckyKeep(config_key=config.key(), move=move_direction(previous, config, knob), change=change, metric=metric,
+                     percentile=percentile, baseline=baseline)
 
 
 def futile(lucky: LuckyKeep, missed: MetricsSnapshot) -> MetricChange | None:
     """The comparison of the baseline's missed window with this missed one when it did not improve beyond noise
-    (the knob did not move the windows that miss); None when it did."""
+    (the move did not move the windows that miss); None when it did."""
     name = f"{lucky.metric.value}_p{lucky.percentile}"
     change = compare(lucky.baseline.latency(lucky.metric), missed.latency(lucky.metric), lucky.percentile, name)
     return None if change.improved else change

@@ -254,11 +254,11 @@ class Tuner:
 
     def _judge_lucky(self, state: TuningState, missed: MetricsSnapshot) -> TuningState:
         """A window of a config kept on a met window alone missed: did that change move the windows that miss
-        (loop.futile)? Its knob is futile at every allowed replica when it did not."""
+        (loop.futile)? Its move is futile at every allowed replica when it did not. Judged once either way."""
         lucky = state.lucky
-        if lucky is None or lucky.config_key != state.current.key():
-            return state.evolve(lucky=None) if lucky is not None else state
-        found = futile.futile(lucky, missed)
+        if lucky is None:
+            return state
+        found = futile.futile(lucky, missed) if lucky.config_key == state.current.key() else None
         if found is None:
             return state.evolve(lucky=None)
         why = (f"kept on a window that met, then missed again as before ({found.describe()} against the baseline's "
@@ -270,7 +270,8 @@ class Tuner:
         return state.evolve(lucky=None, futile_moves=tuple(dict.fromkeys((*state.futile_moves, lucky.move))),
                             history=history, message=f"{lucky.change}: {why}")
 
-    def _at_most_replicas(self, config: RuntimeConfig) -> bool:
+    def _at_max_replicas(self, config: RuntimeConfig) -> bool:
+        """Every replica the bounds allow (or no bound: replicas are not the tuner's to add)."""
         most = self.problem.tuning.bounds.max_replicas
         return most is None or config.replicas >= most
 
@@ -384,7 +385,7 @@ class Tuner:
             excluded -= {h.config.key() for h in state.history if h.verdict is Verdict.KEPT
                          and h.config.replicas > current.replicas
                          and h.config == current.with_changes(replicas=h.config.replicas)}
-        futile_moves = frozenset(state.futile_moves) if self._at_most_replicas(state.current) else frozenset()
+        futile_moves = frozenset(state.futile_moves) if self._at_max_replicas(state.current) else frozenset()
         return PolicyInput(state.current, snapshot, self.problem.slo, self.problem.tuning, self._deployment(state),
                            excluded, state.rolled_back_moves, state.best, self.problem.workload,
                            state.prepared_replicas, state.spec_acceptance, self.problem.draft_model, futile_moves)
@@ -473,7 +474,7 @@ class Tuner:
             lucky = futile.lucky_keep(verdict, baseline, snapshot, judged, pending.knob, pending.change,
                                       pending.previous, pending.config, pending.target_metric,
                                       pending.target_percentile) \
-                if not pending.trim and self._at_most_replicas(pending.config) else None
+                if not pending.trim and self._at_max_replicas(pending.config) else None
             return state.record(entry).evolve(current=pending.config, pending=None, baseline=None, lucky=lucky), True
         entry = self._entry(state, pending, Verdict.ROLLED_BACK, verdict.reason, snapshot)
         moves = (*state.rolled_back_moves, move_key(pending.previous, pending.config))

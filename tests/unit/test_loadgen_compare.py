@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from slotune.canary import shift
-from slotune.loadgen.compare import Difference, compare_histograms, compare_samples
+from slotune.judge.canary import shift
+from slotune.judge.compare import Difference, compare_histograms, compare_samples
 from slotune.snapshot import Histogram, LatencyMetric, LatencySummary
 
 ALPHA = 0.05

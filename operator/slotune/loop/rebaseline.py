@@ -12,11 +12,11 @@ against that fresh baseline; once per change, so a machine that keeps drifting c
 
 from __future__ import annotations
 
+from slotune.judge.verification import Verification
 from slotune.loop.state import PendingChange
 from slotune.perfmodel.deployment import Deployment
 from slotune.perfmodel.window_step import speed_ratio
 from slotune.snapshot import MetricsSnapshot
-from slotune.verification import Verification
 
 # Windows of one config on one machine read speed ratios within ~x1.3 of each other on simulated bursty traffic
 # (window_step: bursts thin the occupancy); beyond x1.5 the machine, not the window, is the likelier explanation.

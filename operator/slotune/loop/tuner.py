@@ -29,15 +29,15 @@ from slotune.api.spec import TunedModelSpec
 from slotune.api.status import DiagnosisReport, Observed, Phase, Verdict
 from slotune.api.status import Verification as VerificationMethod
 from slotune.api.tuning import Knob, TuningMode, TuningSpec
-from slotune.diagnosis import Diagnosis, diagnose, window_acceptance
+from slotune.judge.attainment import as_percentiles, interpolation_evidence, observed
+from slotune.judge.slo_bound import CONFIDENCE, bounds, pool, tightened
+from slotune.judge.verification import Verification, verify
 from slotune.knobs import RuntimeConfig
 from slotune.loop import canary as loop_canary
-from slotune.loop import drain, futile, rebaseline
-from slotune.loop.attainment import as_percentiles, interpolation_evidence, observed
+from slotune.loop import drain, rebaseline
 from slotune.loop.protocols import ApplyResult, Backend, MeasurementSource, MetricsUnavailable, StateStore, WindowOpen
 from slotune.loop.shift import MAX_REFERENCE, Shift, WindowLoad, detect_shift
 from slotune.loop.state import HistoryRecord, InfeasibleReport, PendingChange, TuningState, now_utc
-from slotune.loop.worst_miss import judged_by_worst_miss
 from slotune.perfmodel.accelerators import accelerator
 from slotune.perfmodel.deployment import Deployment
 from slotune.perfmodel.model_profile import ModelProfile
@@ -48,6 +48,7 @@ from slotune.policy import (
     Proposal,
     costs_nothing,
     describe_change,
+    futile,
     move_key,
     propose,
     propose_headroom,
@@ -55,11 +56,11 @@ from slotune.policy import (
     squeeze_verdict,
 )
 from slotune.policy.best_effort import without_targets
+from slotune.policy.diagnosis import Diagnosis, diagnose, window_acceptance
+from slotune.policy.worst_miss import judged_by_worst_miss
 from slotune.quality.gate import QualityProbe, QualityVerdict, alters_outputs
 from slotune.slo import SLOSpec
-from slotune.slo_bound import CONFIDENCE, bounds, pool, tightened
 from slotune.snapshot import MetricsSnapshot
-from slotune.verification import Verification, verify
 from slotune.workload import WorkloadSpec
 
 RETUNE_AFTER_MISSED_WINDOWS = 2
@@ -528,8 +529,8 @@ class Tuner:
     def _unjudged_canary(self, state: TuningState, pending: PendingChange,
                          unjudged: loop_canary.Unjudged) -> TuningState:
         """Too few requests in an arm, or an inconclusive look: the next window, pooled with this one
-        (slotune.canary_pool). No series of an arm (the canary pod was replaced): the canary starts again on a ready
-        pod, as an intent the next step applies, with its windows forgotten."""
+        (slotune.judge.canary_pool). No series of an arm (the canary pod was replaced): the canary starts again on a
+        ready pod, as an intent the next step applies, with its windows forgotten."""
         if not unjudged.lost:
             return state.evolve(pending=pending.model_copy(update={"canary_pool": unjudged.pool}),
                                 message=f"{pending.change}: {unjudged.reason}; judging the next window pooled")

@@ -21,7 +21,6 @@ import logging
 from dataclasses import replace
 
 from slotune.api.tuning import Knob
-from slotune.diagnosis import Diagnosis, diagnose
 from slotune.knobs import RuntimeConfig
 from slotune.policy.best_effort import (
     capacity_steps,
@@ -31,6 +30,7 @@ from slotune.policy.best_effort import (
     squeezed,
     without_targets,
 )
+from slotune.policy.diagnosis import Diagnosis, diagnose
 from slotune.policy.infeasible import infeasible
 from slotune.policy.inputs import Infeasible, PolicyInput, Proposal, Remedy, kv_room
 from slotune.policy.moves import budget_cap, chunked_prefill, enable_prefix_cache, quantize, speculate

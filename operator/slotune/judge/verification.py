@@ -5,7 +5,7 @@ bootstrap confidence interval (Efron & Tibshirani 1993, percentile method). Late
 correlated (they queue behind the same burst), so samples are resampled in contiguous blocks of ~sqrt(n) in arrival
 order (moving block bootstrap, Kuensch 1989); resampling single requests would make intervals several times too narrow.
 With histograms only (Prometheus bucket increases, the operator's windows) there is no arrival order to keep, so the
-two windows' bucket counts go through the exact two-sample quantile test of slotune.loadgen.compare (pooled-quantile
+two windows' bucket counts go through the exact two-sample quantile test of slotune.judge.compare (pooled-quantile
 threshold, one-sided Fisher test) at the same one-sided level as the interval, plus the same minimum effect.
 A change is kept when the metric improved beyond noise (interval below 1 - MIN_EFFECT, or the test says better) and
 no other SLO metric or the throughput floor got worse beyond tolerance, or when it turned a violated SLO into a met one
@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from slotune.loadgen.compare import Difference as CompareVerdict
-from slotune.loadgen.compare import compare_histograms
+from slotune.judge.compare import Difference as CompareVerdict
+from slotune.judge.compare import compare_histograms
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencyMetric, LatencySummary, MetricsSnapshot
 

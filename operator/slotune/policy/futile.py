@@ -25,11 +25,11 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from slotune.api.tuning import Knob
+from slotune.judge.verification import MetricChange, Verification, compare
 from slotune.knobs import RuntimeConfig
 from slotune.policy.sizing import move_direction
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencyMetric, MetricsSnapshot
-from slotune.verification import MetricChange, Verification, compare
 
 
 class LuckyKeep(BaseModel):

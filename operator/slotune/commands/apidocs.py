@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from slotune.crdgen import openapi_schema
+from slotune.commands.crdgen import openapi_schema
 
 DOCS_PATH = Path(__file__).resolve().parents[2] / "docs" / "tunedmodel-reference.md"
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from slotune.judge.verification import TOLERANCE, Verification
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencyMetric, MetricsSnapshot
-from slotune.verification import TOLERANCE, Verification
 
 
 def worst_miss(slo: SLOSpec, snapshot: MetricsSnapshot) -> float:

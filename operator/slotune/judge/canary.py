@@ -1,11 +1,11 @@
 """Canary verification: judge a candidate config on one replica against its siblings over the same window.
 
-Before/after (slotune.verification) compares window N (old config) with window N+1 (new config), so any drift of
+Before/after (slotune.judge.verification) compares window N (old config) with window N+1 (new config), so any drift of
 the load between the two windows is read as the change's effect. A canary runs the candidate on one replica while
 the others keep the old config and the traffic is split evenly between them, so both arms see the same load at the
 same time and the drift cancels.
 
-The stated test, per SLO percentile: the exact two-sample quantile test of slotune.loadgen.compare (pooled-quantile
+The stated test, per SLO percentile: the exact two-sample quantile test of slotune.judge.compare (pooled-quantile
 threshold, one-sided Fisher exact test on exceedance counts; on bucket counts for Prometheus histograms, on samples
 where there are samples), the canary as sample B and the pooled sibling replicas as sample A, each test one-sided
 at ALPHA / 2, with an effect of at least MIN_EFFECT. Where the percentile's test sees no difference, the median's
@@ -16,7 +16,7 @@ improvement shown). Under A/A (the same config on both arms) a promotion needs t
 test to fire by chance: the false-promote rate is at most ALPHA (Bonferroni) if the requests of a window were
 exchangeable between the arms (bench/bench_canary.py measures it on real runtimes, where per-replica queues make
 them only roughly so). Pods are not exchangeable on shared cores (two processes of one config measured 1.2-1.5x apart
-in median in one window), so where the loop has A/A observations of its pods' spread (slotune.canary_noise), a
+in median in one window), so where the loop has A/A observations of its pods' spread (slotune.judge.canary_noise), a
 shift is called only when the ratio is also beyond that spread's floor at the same level; within it, it is no
 change, and the verdict says so.
 """
@@ -26,11 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from slotune.canary_noise import NoiseFloor
-from slotune.loadgen.compare import Comparison, Difference, compare_histograms, compare_samples
+from slotune.judge.canary_noise import NoiseFloor
+from slotune.judge.compare import Comparison, Difference, compare_histograms, compare_samples
+from slotune.judge.verification import MIN_EFFECT
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencyMetric, LatencySummary, MetricsSnapshot
-from slotune.verification import MIN_EFFECT
 
 ALPHA = 0.05  # the false-promote rate under A/A the rule is built to stay under; each test runs at ALPHA / 2
 METHOD = (f"canary: candidate on one replica vs the others over the same window; exact quantile test (pooled-"
@@ -111,7 +111,7 @@ def shift(baseline: LatencySummary, canary: LatencySummary, metric: LatencyMetri
 def judge(baseline: MetricsSnapshot, canary: MetricsSnapshot, target: LatencyMetric, percentile: int,
           slo: SLOSpec, alpha: float = ALPHA, floor: NoiseFloor | None = None) -> CanaryVerdict:
     """Promote or roll back the canary from one window of both arms (see the module docstring for the rule);
-    `floor`: the pods' A/A spread (slotune.canary_noise), None for the exact test alone."""
+    `floor`: the pods' A/A spread (slotune.judge.canary_noise), None for the exact test alone."""
     alpha = alpha / 2
     others = [t for t in slo.targets() if (t.metric, t.percentile) != (target, percentile)]
     targeted = shift(baseline.latency(target), canary.latency(target), target, percentile, alpha, floor)

@@ -69,7 +69,7 @@ def compare_arms(baseline: LatencySummary, canary: LatencySummary, percentile: i
 
 
 @dataclass(frozen=True)
-class Shift:
+class ArmShift:
     """Which way one SLO percentile of the canary moved, and the test that says so."""
 
     name: str
@@ -84,8 +84,8 @@ class Shift:
         return text if self.spread is None else f"{text}, within the pods' A/A spread x{self.spread:.2f}"
 
 
-def shift(baseline: LatencySummary, canary: LatencySummary, metric: LatencyMetric, percentile: int, alpha: float,
-          floor: NoiseFloor | None = None) -> Shift:
+def arm_shift(baseline: LatencySummary, canary: LatencySummary, metric: LatencyMetric, percentile: int,
+              alpha: float, floor: NoiseFloor | None = None) -> ArmShift:
     """The percentile's test; where it sees no difference, the median's, if the percentile's estimate moved the
     same way by MIN_EFFECT (a tail has few requests above it, and ties in its bucket only count against the test:
     a canary whose every request sits in the top bucket moves the median, not the pooled P99's exceedances).
@@ -94,18 +94,18 @@ def shift(baseline: LatencySummary, canary: LatencySummary, metric: LatencyMetri
     test = compare_arms(baseline, canary, percentile, alpha)
     if test.verdict in (Difference.BETTER, Difference.WORSE):
         spread = floor.explains(metric, percentile, test.ratio, alpha) if floor is not None else None
-        return Shift(name, Difference.NO_CHANGE if spread else test.verdict, test, spread=spread)
+        return ArmShift(name, Difference.NO_CHANGE if spread else test.verdict, test, spread=spread)
     if test.verdict is not Difference.NO_CHANGE or percentile == 50 or test.ratio is None:
-        return Shift(name, test.verdict, test)
+        return ArmShift(name, test.verdict, test)
     median = compare_arms(baseline, canary, 50, alpha)
     if median.verdict is Difference.BETTER and test.ratio <= 1 - MIN_EFFECT:
         moved = Difference.BETTER
     elif median.verdict is Difference.WORSE and test.ratio >= 1 + MIN_EFFECT:
         moved = Difference.WORSE
     else:
-        return Shift(name, Difference.NO_CHANGE, test)
+        return ArmShift(name, Difference.NO_CHANGE, test)
     spread = floor.explains(metric, 50, median.ratio, alpha) if floor is not None else None
-    return Shift(name, Difference.NO_CHANGE if spread else moved, test, median, spread)
+    return ArmShift(name, Difference.NO_CHANGE if spread else moved, test, median, spread)
 
 
 def judge(baseline: MetricsSnapshot, canary: MetricsSnapshot, target: LatencyMetric, percentile: int,
@@ -114,9 +114,9 @@ def judge(baseline: MetricsSnapshot, canary: MetricsSnapshot, target: LatencyMet
     `floor`: the pods' A/A spread (slotune.judge.canary_noise), None for the exact test alone."""
     alpha = alpha / 2
     others = [t for t in slo.targets() if (t.metric, t.percentile) != (target, percentile)]
-    targeted = shift(baseline.latency(target), canary.latency(target), target, percentile, alpha, floor)
-    checks = [targeted] + [shift(baseline.latency(t.metric), canary.latency(t.metric), t.metric, t.percentile,
-                                 alpha, floor) for t in others]
+    targeted = arm_shift(baseline.latency(target), canary.latency(target), target, percentile, alpha, floor)
+    checks = [targeted] + [arm_shift(baseline.latency(t.metric), canary.latency(t.metric), t.metric, t.percentile,
+                                     alpha, floor) for t in others]
     worse = [check for check in checks if check.verdict is Difference.WORSE]
     if targeted.verdict is Difference.TOO_FEW_SAMPLES:
         return CanaryVerdict(CanaryOutcome.TOO_FEW_SAMPLES, targeted.test, (),

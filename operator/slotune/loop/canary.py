@@ -23,7 +23,7 @@ from slotune.api.status import Phase
 from slotune.judge.canary import CanaryOutcome
 from slotune.judge.canary_noise import MAX_OBSERVATIONS, NoiseFloor
 from slotune.judge.canary_pool import MAX_LOOKS, CanaryPool, judge_pooled, pooled
-from slotune.judge.verification import MetricChange, Verification
+from slotune.judge.verification import Judgement, MetricChange
 from slotune.knobs import RuntimeConfig
 from slotune.loop.protocols import ApplyResult
 from slotune.loop.state import PendingChange, TuningState
@@ -123,9 +123,9 @@ def observe_noise(source: object, state: TuningState, slo: SLOSpec) -> NoiseFloo
 
 
 def verification(source: object, pending: PendingChange, slo: SLOSpec,
-                 floor: NoiseFloor | None = None) -> Verification | Unjudged:
+                 floor: NoiseFloor | None = None) -> Judgement | Unjudged:
     """The canary's verdict on its windows so far (this one pooled with the earlier ones, slotune.judge.canary_pool), as
-    the loop's Verification, or why there is none yet; `floor`: the pods' A/A spread (slotune.judge.canary_noise)."""
+    the loop's Judgement, or why there is none yet; `floor`: the pods' A/A spread (slotune.judge.canary_noise)."""
     assert pending.canary_pod is not None and isinstance(source, CanarySource)
     try:
         arms = source.arms(pending.canary_pod)
@@ -145,5 +145,5 @@ def verification(source: object, pending: PendingChange, slo: SLOSpec,
                             math.nan, math.nan, verdict.promote, verdict.outcome is CanaryOutcome.WORSE,
                             f"quantile test p={min(test.p_better, test.p_worse):.2g}")
     regressions = (verdict.reason,) if verdict.outcome is CanaryOutcome.WORSE else ()
-    return Verification(verdict.promote, f"canary verification at look {pool.looks} of {MAX_LOOKS}, {seen}: "
+    return Judgement(verdict.promote, f"canary verification at look {pool.looks} of {MAX_LOOKS}, {seen}: "
                         f"{verdict.reason}", targeted, regressions, slo.is_met(pool.canary))

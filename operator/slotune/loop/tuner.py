@@ -26,17 +26,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from slotune.api.spec import TunedModelSpec
-from slotune.api.status import DiagnosisReport, Observed, Phase, Verdict
-from slotune.api.status import Verification as VerificationMethod
+from slotune.api.status import DiagnosisReport, Observed, Phase, Verdict, Verification
 from slotune.api.tuning import Knob, TuningMode, TuningSpec
 from slotune.judge.attainment import as_percentiles, interpolation_evidence, observed
 from slotune.judge.slo_bound import CONFIDENCE, bounds, pool, tightened
-from slotune.judge.verification import Verification, verify
+from slotune.judge.verification import Judgement, verify
 from slotune.knobs import RuntimeConfig
 from slotune.loop import canary as loop_canary
 from slotune.loop import drain, rebaseline
 from slotune.loop.protocols import ApplyResult, Backend, MeasurementSource, MetricsUnavailable, StateStore, WindowOpen
-from slotune.loop.shift import MAX_REFERENCE, Shift, WindowLoad, detect_shift
+from slotune.loop.shift import MAX_REFERENCE, LoadShift, WindowLoad, detect_shift
 from slotune.loop.state import HistoryRecord, InfeasibleReport, PendingChange, TuningState, now_utc
 from slotune.perfmodel.accelerators import accelerator
 from slotune.perfmodel.deployment import Deployment
@@ -560,7 +559,7 @@ class Tuner:
         return self._save(self._decide(state.evolve(baseline=None), baseline))
 
     @staticmethod
-    def _with_quality(verdict: Verification, quality: QualityVerdict | None) -> Verification:
+    def _with_quality(verdict: Judgement, quality: QualityVerdict | None) -> Judgement:
         """A change that can alter outputs is kept only if the quality gate holds as well; one that breaks it is
         rolled back at once (a quality regression, never inconclusive), its numbers in the history."""
         if quality is None:
@@ -621,7 +620,7 @@ class Tuner:
             return state.evolve(load_reference=(*state.load_reference, load)[-MAX_REFERENCE:])
         return self._shifted(state, shift, snapshot)
 
-    def _shifted(self, state: TuningState, shift: Shift, snapshot: MetricsSnapshot) -> TuningState:
+    def _shifted(self, state: TuningState, shift: LoadShift, snapshot: MetricsSnapshot) -> TuningState:
         """A workload shift: the history says what moved, by how much and what is done; the loop re-opens."""
         running = state.current.describe()
         done = (f"tuning resumes from {running}; the load fell, so fewer replicas are tried once the SLO holds"
@@ -687,7 +686,7 @@ class Tuner:
                after: MetricsSnapshot | None = None) -> HistoryRecord:
         before = Observed.of(state.baseline) if state.baseline is not None else None
         method = None if verdict is Verdict.FAILED else (
-            VerificationMethod.CANARY if pending.canary_pod else VerificationMethod.BEFORE_AFTER)
+            Verification.CANARY if pending.canary_pod else Verification.BEFORE_AFTER)
         return HistoryRecord(iteration=state.iteration, time=now_utc(), knob=pending.knob, change=pending.change,
                              reason=pending.reason, before=before, after=Observed.of(after) if after else None,
                              config=pending.config, verdict=verdict, detail=detail, trim=pending.trim,

@@ -25,7 +25,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from slotune.api.tuning import Knob
-from slotune.judge.verification import MetricChange, Verification, compare
+from slotune.judge.verification import Judgement, MetricChange, compare
 from slotune.knobs import RuntimeConfig
 from slotune.policy.sizing import move_direction
 from slotune.slo import SLOSpec
@@ -45,7 +45,7 @@ class LuckyKeep(BaseModel):
     baseline: MetricsSnapshot  # the missed window it was kept against
 
 
-def lucky_keep(verdict: Verification, baseline: MetricsSnapshot, after: MetricsSnapshot, slo: SLOSpec, knob: Knob,
+def lucky_keep(verdict: Judgement, baseline: MetricsSnapshot, after: MetricsSnapshot, slo: SLOSpec, knob: Knob,
                change: str, previous: RuntimeConfig, config: RuntimeConfig, metric: LatencyMetric,
                percentile: int) -> LuckyKeep | None:
     """The keep to re-judge on the config's next missed window, or None when the verdict stands on its own."""

@@ -2,7 +2,8 @@
 
 Each bottleneck has an ordered list of remedies (docs/architecture.md, "The tuning workflow", step 2); the first
 one the spec allows, within the knob bounds, that was never tried before (kept, rolled back or crashed:
-`excluded_keys`), is proposed with the metric it targets and the effect the roofline expects. Never revisiting a config is the hysteresis that stops flapping.
+`excluded_keys`), is proposed with the metric it targets and the effect the roofline expects. Never revisiting a
+config is the hysteresis that stops flapping.
 Steps are sized with the capacity model (replicas a load needs, batch headroom) so few changes reach the SLO.
 Quantization is proposed only when the spec allows quality changes, and before speculation on low-bandwidth
 accelerators; speculation only where the roofline predicts that verifying drafted tokens costs little (decode bound

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from slotune.api import Condition, ConditionStatus, ConditionType, Knob, Phase, Verdict
-from slotune.backends.kube_deployment import pod_problem, pod_ready, rollout_state
+from slotune.backends.kube_pods import pod_problem, pod_ready, rollout_state
 from slotune.controller.events import transition_events
 from slotune.controller.status import Health, conditions, status_body
 from slotune.knobs import RuntimeConfig

@@ -116,8 +116,9 @@ def test_the_loop_learns_the_floor_from_windows_without_a_canary_and_judges_cana
     assert canary is not None
     store.save(TuningState(phase=Phase.MEASURING, current=OLD))  # every pod on one config
     state = tuner.step()
-    assert asked == [FIRST_POD] and state.noise_floor is not None
-    assert state.noise_floor.count(LatencyMetric.TTFT, 99) == state.noise_floor.count(LatencyMetric.TTFT, 50) == 1
+    floor = state.learned.noise_floor
+    assert asked == [FIRST_POD] and floor is not None
+    assert floor.count(LatencyMetric.TTFT, 99) == floor.count(LatencyMetric.TTFT, 50) == 1
     one_pod = TuningState(phase=Phase.MEASURING, current=OLD.with_changes(replicas=1))
     assert observe_noise(pods, one_pod, SLO) is None and asked == [FIRST_POD]  # no siblings, no read
     # A canary 2x faster than its siblings, promoted without a floor (test_loop_canary), is within pods that
@@ -129,7 +130,7 @@ def test_the_loop_learns_the_floor_from_windows_without_a_canary_and_judges_cana
     for _ in range(MAX_LOOKS):  # a gain within the spread: no gain at each look, pooled while it moves the right way
         if (state := tuner.step()).history:
             break
-    assert FIRST_POD not in asked and state.noise_floor == wide
+    assert FIRST_POD not in asked and state.learned.noise_floor == wide
     entry = state.history[0]
     assert entry.verdict is Verdict.ROLLED_BACK and entry.verification is Verification.CANARY
     assert "within the pods' A/A spread" in entry.detail

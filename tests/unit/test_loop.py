@@ -47,7 +47,7 @@ def test_poor_start_converges_with_few_verified_changes():
     world = _world()
     state = Tuner(_problem(), world, world, MemoryStateStore()).run(max_windows=20)
     assert state.phase is Phase.CONVERGED
-    assert state.slo_met
+    assert state.measured.slo_met
     fixes = [h for h in state.history if not h.trim]
     assert 1 <= len(fixes) <= 3
     assert fixes[0].verdict is Verdict.KEPT
@@ -135,12 +135,12 @@ def test_metrics_unavailable_keeps_the_config_and_says_so():
     tuner = Tuner(_problem(), world, _Blackout(world, windows=2), MemoryStateStore())
     for _ in range(2):
         state = tuner.step()
-        assert not state.metrics_available
+        assert not state.measured.metrics_available
         assert "metrics unavailable" in state.message
         assert state.changes_applied == 0 and state.current == POOR
     assert world.applied == [POOR]  # no thrashing: nothing applied while blind
     state = tuner.step()
-    assert state.metrics_available and state.changes_applied == 1
+    assert state.measured.metrics_available and state.changes_applied == 1
 
 
 def test_a_config_that_crashes_is_rolled_back_and_never_retried():
@@ -158,7 +158,7 @@ def test_a_config_that_crashes_is_rolled_back_and_never_retried():
     state = Tuner(_problem(L4, slo, prompts, tuning, start), world, world, MemoryStateStore()).run(20)
     failed = [h for h in state.history if h.verdict is Verdict.FAILED]
     assert [h.config.max_num_batched_tokens for h in failed] == [2048]
-    assert failed[0].config.key() in state.failed_keys
+    assert failed[0].config.key() in state.learned.failed_keys
     assert "KV cache" in failed[0].detail
     assert world.running == state.current and real.startup_error(state.current) is None
     assert state.phase is Phase.CONVERGED  # found a budget that starts and meets the target
@@ -195,7 +195,7 @@ def test_one_bad_window_after_convergence_does_not_retune_but_two_do():
     assert tuner.run(max_windows=10).phase is Phase.CONVERGED
     world.deployment = L4
     state = tuner.step()
-    assert state.phase is Phase.CONVERGED and state.windows_missed == 1
+    assert state.phase is Phase.CONVERGED and state.convergence.windows_missed == 1
     state = tuner.step()
     assert state.phase in (Phase.VERIFYING, Phase.TUNING, Phase.INFEASIBLE)
     assert not any(h.verdict is Verdict.WORKLOAD_SHIFT for h in state.history)
@@ -220,7 +220,7 @@ def test_max_iterations_reached_is_reported_with_the_best_config():
     assert state.phase in (Phase.INFEASIBLE, Phase.CONVERGED)
     assert state.changes_applied <= 1
     if state.phase is Phase.INFEASIBLE:
-        assert state.infeasible is not None and state.best is not None
+        assert state.infeasible is not None and state.learned.best is not None
 
 
 def test_converged_is_at_rest_only_once_no_cost_saving_change_is_left():
@@ -260,11 +260,11 @@ def test_an_inconclusive_improvement_gets_one_more_window_then_a_verdict():
     seen_extra = False
     for _ in range(20):
         state = tuner.step()
-        if state.first_after is not None:
+        if state.measured.first_after is not None:
             seen_extra = True
             assert state.pending is not None and "one more window" in state.message
             resolved = tuner.step()
-            assert resolved.first_after is None and (resolved.pending is None or
+            assert resolved.measured.first_after is None and (resolved.pending is None or
                                                      resolved.pending.change != state.pending.change)
             break
         if state.at_rest:
@@ -299,12 +299,12 @@ def test_the_loop_prices_configs_on_the_hardware_it_measures():
     world = _world(H100.slower(1.6), light)
     tuner = Tuner(_problem(slo=tight, workload=light), world, world, MemoryStateStore())
     state = tuner.step()
-    assert len(state.speed_ratios) == 1 and state.speed_ratios[0] == pytest.approx(1.6, rel=0.1)
+    assert len(state.learned.speed_ratios) == 1 and state.learned.speed_ratios[0] == pytest.approx(1.6, rel=0.1)
     assert state.diagnosis is not None and any("the profile's time" in line for line in state.diagnosis.evidence)
-    assert state.baseline is not None
-    measured = tuner._diagnose(state, POOR, state.baseline)
-    profiled = tuner._diagnose(state.evolve(speed_ratios=()), POOR, state.baseline)
+    assert state.measured.baseline is not None
+    measured = tuner._diagnose(state, POOR, state.measured.baseline)
+    profiled = tuner._diagnose(state.evolve(speed_ratios=()), POOR, state.measured.baseline)
     assert measured.floors.tpot_ms == pytest.approx(1.6 * profiled.floors.tpot_ms, rel=0.1)
     assert profiled.floors.tpot_ms < 8 < measured.floors.tpot_ms
     assert measured.below_floor == ("tpot_p50",) and profiled.below_floor == ()
-    assert state.pending is not None and state.pending.knob in (Knob.SPECULATIVE, Knob.QUANTIZATION)
+    assert state.pending is not None and state.pending.proposal.knob in (Knob.SPECULATIVE, Knob.QUANTIZATION)

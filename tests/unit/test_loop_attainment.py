@@ -36,8 +36,8 @@ def _tuner(slo: SLOSpec) -> Tuner:
 
 
 def _row(state: TuningState) -> tuple[float, float]:
-    assert state.observed is not None
-    (row,) = [r for r in state.observed.attainment if r.target == "ttft_p99"]
+    assert state.measured.observed is not None
+    (row,) = [r for r in state.measured.observed.attainment if r.target == "ttft_p99"]
     assert row.exact  # per-request samples: counted, not interpolated
     return row.attained, row.required
 
@@ -47,11 +47,11 @@ def test_meeting_the_p99_but_not_999_in_1000_within_the_target_is_not_converged(
     target = float(samples[-2] + samples[-1]) / 2  # the slowest request alone is over it
     assert np.percentile(samples, 99) <= target
     plain = _tuner(SLOSpec.model_validate({"ttft": {"p99": target}})).step()
-    assert plain.slo_met and plain.pending is None  # judged by the percentile: met, nothing to change
+    assert plain.measured.slo_met and plain.pending is None  # judged by the percentile: met, nothing to change
     strict = _tuner(SLOSpec.model_validate({"ttft": {"p99": target}, "attainment": 0.999}))
     state = strict.step()
     attained, required = _row(state)
-    assert attained < required == 0.999 and not state.slo_met
+    assert attained < required == 0.999 and not state.measured.slo_met
     assert state.pending is not None or state.phase is Phase.INFEASIBLE  # it acts on the shortfall
     for _ in range(12):
         state = strict.step()
@@ -65,7 +65,7 @@ def test_missing_the_p99_but_95_percent_within_the_target_converges_without_a_fi
     target = float(np.percentile(samples, 97))
     assert np.percentile(samples, 99) > target
     plain = _tuner(SLOSpec.model_validate({"ttft": {"p99": target}})).step()
-    assert plain.slo_met is False and plain.pending is not None  # judged by the percentile: a change
+    assert plain.measured.slo_met is False and plain.pending is not None  # judged by the percentile: a change
     lenient = _tuner(SLOSpec.model_validate({"ttft": {"p99": target}, "attainment": 0.95}))
     state = lenient.run(max_windows=8)
     assert state.phase is Phase.CONVERGED and "within" in state.message and "95.00% required" in state.message
@@ -105,8 +105,8 @@ def test_with_vllms_buckets_the_status_brackets_the_share_and_the_diagnosis_says
     world = VllmBuckets(SimulatedDeployment(H100, CHAT, requests_per_window=300, replay=True))
     slo = SLOSpec.model_validate({"ttft": {"p99": target_ms}, "attainment": 0.99})
     state = Tuner(TuningProblem(slo, TUNING, H100, START, CHAT), world, world, MemoryStateStore()).step()
-    assert state.observed is not None
-    (row,) = state.observed.attainment
+    assert state.measured.observed is not None
+    (row,) = state.measured.observed.attainment
     assert not row.exact and row.low is not None and row.high is not None
     assert row.low < row.attained < row.high
     state = Tuner(TuningProblem(slo, TUNING, H100, START, CHAT), world, world, MemoryStateStore()).run(max_windows=6)

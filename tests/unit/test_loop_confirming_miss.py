@@ -36,7 +36,7 @@ def test_one_missed_window_after_met_ones_is_measured_again_not_infeasible() -> 
     while state.phase is Phase.MEASURING:
         state = tuner.step()
     # It holds with confidence at 3: converged, and the loop tries a cheaper config (a trim), as it does on rest.
-    converged = state.phase is Phase.CONVERGED or (state.pending is not None and state.pending.trim)
+    converged = state.phase is Phase.CONVERGED or (state.pending is not None and state.pending.proposal.trim)
     assert converged and state.infeasible is None, state.message
 
 

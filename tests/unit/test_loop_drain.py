@@ -4,7 +4,7 @@ had, and judged as it stands it rolled a good change back (tests/e2e/test_worklo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -101,8 +101,9 @@ def test_a_change_that_adds_no_replicas_is_judged_on_its_first_window() -> None:
     tuner, _ = _tuner([_window(4500.0, 4.0, 1)])
     state = tuner.store.load()
     assert state is not None and state.pending is not None
-    tuner.store.save(state.evolve(pending=state.pending.model_copy(update={
-        "config": ONE.with_changes(max_num_seqs=16), "knob": Knob.MAX_NUM_SEQS, "change": "maxNumSeqs 8 -> 16"})))
+    seqs = replace(state.pending.proposal, config=ONE.with_changes(max_num_seqs=16), knob=Knob.MAX_NUM_SEQS,
+                   change="maxNumSeqs 8 -> 16")
+    tuner.store.save(state.evolve(pending=state.pending.model_copy(update={"proposal": seqs})))
     tuner.step()
     state = tuner.step()
     assert state.history and state.history[0].verdict is Verdict.ROLLED_BACK

@@ -42,9 +42,9 @@ def test_a_kept_change_whose_next_window_misses_as_before_is_futile_and_named() 
     tuner = _verifying([MET, _window(1300.0, 0.2, 2), MET, _window(1300.0, 0.2, 3)])
     state = tuner.step()
     assert state.history[-1].verdict is Verdict.KEPT and state.current == LARGER
-    assert state.lucky is not None and state.lucky.move == "max_num_batched_tokens up"
+    assert state.learned.lucky is not None and state.learned.lucky.move == "max_num_batched_tokens up"
     state = tuner.step()  # misses as the baseline did: the budget did not move the windows that miss
-    assert state.futile_moves == ("max_num_batched_tokens up",), state.message
+    assert state.learned.futile_moves == ("max_num_batched_tokens up",), state.message
     assert "does not move the windows that miss" in state.history[-1].detail  # the kept change's entry says so
     while not state.at_rest:  # a further budget step would ask for a window this backend does not have
         state = tuner.step()
@@ -57,15 +57,15 @@ def test_a_kept_change_whose_next_miss_is_far_smaller_is_not_futile() -> None:
     tuner = _verifying([MET, _window(560.0, 0.1, 2)])  # ~1.1 s: still a miss, less than half the baseline's
     tuner.step()
     state = tuner.step()
-    assert state.futile_moves == (), state.message
+    assert state.learned.futile_moves == (), state.message
 
 
 def test_below_max_replicas_a_miss_after_a_kept_change_leaves_the_knob_to_the_policy() -> None:
     tuner = _verifying([MET, _window(1300.0, 0.2, 2)], max_replicas=8)
     state = tuner.step()
-    assert state.lucky is None
+    assert state.learned.lucky is None
     state = tuner.step()
-    assert state.futile_moves == (), state.message
+    assert state.learned.futile_moves == (), state.message
 
 
 def test_a_futile_move_blocks_that_knob_one_way_only() -> None:

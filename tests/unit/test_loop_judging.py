@@ -37,7 +37,7 @@ def test_a_point_estimate_just_under_the_target_does_not_converge():
     slo = SLOSpec.model_validate({"tpot": {"p99": target}})
     tuner = Tuner(TuningProblem(slo, TUNING, H100, start, chat), world, world, MemoryStateStore())
     states = [tuner.step() for _ in range(MAX_STREAK)]
-    assert all(s.slo_met for s in states)  # the point estimates meet it
+    assert all(s.measured.slo_met for s in states)  # the point estimates meet it
     assert all(s.phase is Phase.MEASURING and s.pending is None for s in states[:-1])  # more windows first
     last = states[-1]
     assert last.phase is not Phase.CONVERGED and last.pending is not None  # a change for margin
@@ -110,7 +110,7 @@ def test_infeasible_re_opens_when_the_measured_load_changes():
     assert state.phase is Phase.MEASURING and "re-opened" in state.message and "request rate" in state.message
     # Tuning again, on the lighter load, to rest on a config that meets it (the last window judged may be a trim's
     # that broke the SLO and was rolled back: the next window measures the config it rests on).
-    assert tuner.run(max_windows=16).phase is Phase.CONVERGED and tuner.step().slo_met
+    assert tuner.run(max_windows=16).phase is Phase.CONVERGED and tuner.step().measured.slo_met
 
 
 def test_infeasible_re_opens_on_a_spec_change():
@@ -129,4 +129,4 @@ def test_the_measured_acceptance_is_remembered_for_the_workload():
     tuner, _ = _tuner(H100, chat, SLOSpec.model_validate({"tpot": {"p99": 100}}),
                       RuntimeConfig(max_num_seqs=64).with_changes(speculative=spec), acceptance=0.9)
     state = tuner.step()
-    assert state.spec_acceptance is not None and abs(state.spec_acceptance - 0.9) < 0.01
+    assert state.learned.spec_acceptance is not None and abs(state.learned.spec_acceptance - 0.9) < 0.01

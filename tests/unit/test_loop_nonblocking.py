@@ -185,6 +185,6 @@ def test_mode_off_measures_and_reports_but_never_changes_anything():
     tuner = Tuner(_problem(tuning), world, world, MemoryStateStore())
     for i in range(1, 5):
         state = tuner.step()
-        assert state.iteration == i and state.observed is not None and state.slo_met is not None
+        assert state.iteration == i and state.measured.observed is not None and state.measured.slo_met is not None
         assert state.pending is None and state.changes_applied == 0 and "tuning off" in state.message
     assert world.applied == [POOR]

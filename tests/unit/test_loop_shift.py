@@ -75,7 +75,7 @@ def test_no_shift_is_flagged_on_a_steady_simulated_workload_over_many_windows() 
     for _ in range(40):
         state = tuner.step()
     assert state.phase is Phase.CONVERGED and not _shifts(state)
-    assert len(state.load_reference) == MAX_REFERENCE  # the windows it watches against
+    assert len(state.convergence.load_reference) == MAX_REFERENCE  # the windows it watches against
 
 
 def test_load_triples_after_convergence_the_slo_misses_capacity_is_added_and_the_slo_holds_again() -> None:
@@ -83,14 +83,14 @@ def test_load_triples_after_convergence_the_slo_misses_capacity_is_added_and_the
     before = tuner.step().current
     world.workload = _chat(30)
     state = tuner.step()
-    assert state.slo_met is False and state.pending is not None  # missed, and a change decided at once
+    assert state.measured.slo_met is False and state.pending is not None  # missed, and a change decided at once
     (shift,) = _shifts(state)
     assert "request rate" in shift and "tuning resumes from" in shift
     for _ in range(20):
         state = tuner.step()
         if state.phase is Phase.CONVERGED and state.pending is None:
             break
-    assert state.phase is Phase.CONVERGED and state.slo_met
+    assert state.phase is Phase.CONVERGED and state.measured.slo_met
     assert state.current != before
     kept = [h for h in state.history if h.verdict is Verdict.KEPT and not h.trim]
     assert kept and kept[0].after is not None  # the fix that met the SLO again is in the history

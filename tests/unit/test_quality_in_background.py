@@ -59,7 +59,7 @@ def test_the_loop_keeps_stepping_while_the_probe_runs_and_judges_after_it():
         if state.pending is not None:
             break
         state = tuner.step()
-    assert state.pending is not None and state.pending.knob is Knob.QUANTIZATION
+    assert state.pending is not None and state.pending.proposal.knob is Knob.QUANTIZATION
     assert not state.pending.applied and "recording the quality reference" in state.message
     assert held.started.acquire(timeout=60)
     again = tuner.step()  # returns at once: the recording still runs, the change is still an intent

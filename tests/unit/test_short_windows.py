@@ -30,10 +30,11 @@ def test_windows_under_min_samples_pool_until_they_reach_it():
     tuner, _ = _tuner(requests_per_window=20, min_samples=50)
     first, second = tuner.step(), tuner.step()  # the first deploys, then measures: the simulator is at once
     assert first.iteration == 0 and second.iteration == 0  # 20, then 40 requests: not judged yet
-    assert first.short is not None and first.short.num_requests == 20 and "pooled with the next" in first.message
-    assert second.short is not None and second.short.num_requests == 40
+    short = first.measured.short
+    assert short is not None and short.num_requests == 20 and "pooled with the next" in first.message
+    assert second.measured.short is not None and second.measured.short.num_requests == 40
     third = tuner.step()  # 60 >= 50: judged on the three windows pooled
-    assert third.iteration == 1 and third.short is None
+    assert third.iteration == 1 and third.measured.short is None
     assert third.pending is not None  # one sequence at a time misses the SLO: a change is made
 
 
@@ -47,7 +48,8 @@ def test_a_loop_fed_only_small_windows_still_tunes_to_its_slo():
 def test_a_short_window_of_another_config_is_not_pooled():
     tuner, store = _tuner(requests_per_window=20, min_samples=50)
     small = tuner.step()
-    assert small.short is not None
+    assert small.measured.short is not None
     store.save(small.evolve(short_of="some other config"))
     after = tuner.step()
-    assert after.short is not None and after.short.num_requests == 20  # started over: the old window was dropped
+    short = after.measured.short
+    assert short is not None and short.num_requests == 20  # started over: the old window was dropped

@@ -27,28 +27,30 @@ def _load(name: str) -> TuningState:
 
 def _facts(state: TuningState) -> dict[str, object]:
     """The facts a resumed loop acts on, read through today's field names."""
-    pending = state.pending
-    assert pending is not None and pending.canary_pool is not None and state.lucky is not None
+    pending, measured, learned, convergence = state.pending, state.measured, state.learned, state.convergence
+    assert pending is not None and pending.canary_pool is not None and learned.lucky is not None
+    proposal, pool = pending.proposal, pending.canary_pool
     return {
         "phase": state.phase, "iteration": state.iteration, "changes_applied": state.changes_applied,
         "current": state.current, "running": state.running,
-        "pending": (pending.config, pending.previous, pending.knob, pending.change, pending.reason,
-                    pending.target_metric, pending.target_percentile, pending.trim, pending.applied),
-        "canary": (pending.canary_pod, pending.canary_endpoint, pending.canary_pool.looks,
-                   pending.canary_pool.canary.num_requests, pending.canary_pool.baseline.num_requests),
+        "pending": (proposal.config, pending.previous, proposal.knob, proposal.change, proposal.reason,
+                    proposal.target_metric, proposal.target_percentile, proposal.trim, pending.applied),
+        "canary": (pending.canary_pod, pending.canary_endpoint, pool.looks, pool.canary.num_requests,
+                   pool.baseline.num_requests),
         "drain": (pending.drain_windows, pending.drain_backlog, pending.rebaseline, pending.rebaselined),
-        "baseline_requests": state.baseline.num_requests if state.baseline else None,
+        "baseline_requests": measured.baseline.num_requests if measured.baseline else None,
         "history": [(h.verdict, h.knob, h.change, "does not move the windows that miss" in h.detail)
                     for h in state.history],
-        "futile_moves": state.futile_moves, "rolled_back_moves": state.rolled_back_moves,
-        "lucky": (state.lucky.move, state.lucky.config_key == LARGER.key(), state.lucky.baseline.num_requests),
-        "tried": state.tried_keys == frozenset({OLD.key(), OLD.with_changes(max_num_seqs=32).key()}),
-        "failed_keys": state.failed_keys, "best": state.best, "best_badness": round(state.best_badness or 0, 6),
-        "short": (state.short.num_requests if state.short else None, state.short_of),
-        "streak": (len(state.streak), state.streak_of, state.windows_met, state.windows_missed, state.forgiven_of),
-        "load_reference": [(w.requests, w.seconds) for w in state.load_reference],
-        "learned": (state.speed_ratios, state.spec_acceptance, state.prepared_replicas, state.noise_floor),
-        "report": (state.metrics_available, state.slo_met, state.infeasible, state.settled, state.rollout),
+        "futile_moves": learned.futile_moves, "rolled_back_moves": learned.rolled_back_moves,
+        "lucky": (learned.lucky.move, learned.lucky.config_key == LARGER.key(), learned.lucky.baseline.num_requests),
+        "tried": learned.tried_keys == frozenset({OLD.key(), OLD.with_changes(max_num_seqs=32).key()}),
+        "failed_keys": learned.failed_keys, "best": learned.best, "best_badness": round(learned.best_badness or 0, 6),
+        "short": (measured.short.num_requests if measured.short else None, measured.short_of),
+        "streak": (len(measured.streak), measured.streak_of, convergence.windows_met, convergence.windows_missed,
+                   convergence.forgiven_of),
+        "load_reference": [(w.requests, w.seconds) for w in convergence.load_reference],
+        "learned": (learned.speed_ratios, learned.spec_acceptance, learned.prepared_replicas, learned.noise_floor),
+        "report": (measured.metrics_available, measured.slo_met, state.infeasible, convergence.settled, state.rollout),
     }
 
 
@@ -86,8 +88,8 @@ def test_a_state_at_rest_resumes_at_rest() -> None:
     assert state.phase is Phase.INFEASIBLE and state.at_rest and state.pending is None
     assert state.current == LARGER and state.infeasible is not None and state.infeasible.closest == LARGER
     assert "max_num_batched_tokens up measured not to move" in state.infeasible.reason
-    assert state.futile_moves == ("max_num_batched_tokens up",)
-    assert [w.requests for w in state.load_reference] == [300]
+    assert state.learned.futile_moves == ("max_num_batched_tokens up",)
+    assert [w.requests for w in state.convergence.load_reference] == [300]
 
 
 def test_today_s_state_reads_back_as_itself() -> None:

@@ -38,7 +38,7 @@ class ApplyStep:
                                 f"{result.reason}")
         if not result.ok:
             return state.evolve(phase=Phase.DEGRADED, rollout=None, message=f"initial config failed: {result.reason}",
-                                failed_keys=state.failed_keys | {state.current.key()})
+                                failed_keys=state.learned.failed_keys | {state.current.key()})
         return state.evolve(phase=Phase.MEASURING, rollout=None, message=self._measuring_message())
 
     def _measuring_message(self) -> str:
@@ -81,11 +81,11 @@ class ApplyStep:
             return state.evolve(pending=pending.model_copy(update={
                                     "applied": True, "canary_pod": canary and canary.pod,
                                     "canary_endpoint": canary and canary.endpoint}),
-                                changes_applied=applied, tried_keys=state.tried_keys | {pending.config.key()},
+                                changes_applied=applied, tried_keys=state.learned.tried_keys | {pending.config.key()},
                                 phase=Phase.VERIFYING, cooldown_until_s=self.clock() + self.problem.tuning.cooldown_s,
                                 message=f"verifying {pending.change}{on}")
         state = state.record(self._entry(state, pending, Verdict.FAILED, result.reason)).evolve(
-            pending=None, changes_applied=applied, failed_keys=state.failed_keys | {pending.config.key()},
+            pending=None, changes_applied=applied, failed_keys=state.learned.failed_keys | {pending.config.key()},
             phase=Phase.TUNING, message=f"{pending.change} failed ({result.reason}); rolled back")
         return self._restore(state, pending.previous)
 
@@ -99,12 +99,13 @@ class ApplyStep:
 
     def _entry(self, state: TuningState, pending: PendingChange, verdict: Verdict, detail: str,
                after: MetricsSnapshot | None = None) -> HistoryRecord:
-        before = Observed.of(state.baseline) if state.baseline is not None else None
+        before = Observed.of(state.measured.baseline) if state.measured.baseline is not None else None
         method = None if verdict is Verdict.FAILED else (
             Verification.CANARY if pending.canary_pod else Verification.BEFORE_AFTER)
-        return HistoryRecord(iteration=state.iteration, time=now_utc(), knob=pending.knob, change=pending.change,
-                             reason=pending.reason, before=before, after=Observed.of(after) if after else None,
-                             config=pending.config, verdict=verdict, detail=detail, trim=pending.trim,
+        proposal = pending.proposal
+        return HistoryRecord(iteration=state.iteration, time=now_utc(), knob=proposal.knob, change=proposal.change,
+                             reason=proposal.reason, before=before, after=Observed.of(after) if after else None,
+                             config=proposal.config, verdict=verdict, detail=detail, trim=proposal.trim,
                              verification=method)
 
     def _save(self, state: TuningState) -> TuningState:
@@ -113,6 +114,4 @@ class ApplyStep:
 
 
 def pending_change(proposal: Proposal, previous: RuntimeConfig) -> PendingChange:
-    return PendingChange(config=proposal.config, previous=previous, knob=proposal.knob, change=proposal.change,
-                         reason=proposal.reason, target_metric=proposal.target_metric,
-                         target_percentile=proposal.target_percentile, trim=proposal.trim)
+    return PendingChange(proposal=proposal, previous=previous)

@@ -40,26 +40,27 @@ MAX_STREAK = 4  # latest met windows of one config its bound is judged on
 class ConvergeStep(MeasureStep):
     def _judge(self, state: TuningState, snapshot: MetricsSnapshot) -> TuningState:
         state = self._track_best(state, snapshot)
-        if state.slo_met:
+        if state.measured.slo_met:
             return self._confirm(state, snapshot)
-        running = state.current.describe()
-        confirming = state.phase is Phase.MEASURING and state.windows_met > 0 and state.streak_of == running
+        running, met = state.current.describe(), state.convergence.windows_met
+        confirming = state.phase is Phase.MEASURING and met > 0 and state.measured.streak_of == running
         state = self._judge_lucky(state.evolve(settled=False, streak=()), snapshot)
-        if state.phase is Phase.CONVERGED and state.windows_missed + 1 < RETUNE_AFTER_MISSED_WINDOWS:
-            return state.evolve(windows_missed=state.windows_missed + 1,
+        if state.phase is Phase.CONVERGED and state.convergence.windows_missed + 1 < RETUNE_AFTER_MISSED_WINDOWS:
+            return state.evolve(windows_missed=state.convergence.windows_missed + 1,
                                 message="SLO missed once after convergence; retuning only if it misses again")
         # A config that met the SLO in the windows before and misses one while confirming, with nothing left to try,
         # is measured again before Infeasible, as a converged one is before retuning: one window on a busy machine
         # is not evidence. Once per config, so one whose windows alternate met and missed is judged at its second.
         forgive = state.evolve(windows_met=0, forgiven_of=running, message=(
-            f"SLO missed in one window after {state.windows_met} met at {running}, with no change left to try: "
-            "measuring it again before calling it Infeasible")) if confirming and state.forgiven_of != running else None
+            f"SLO missed in one window after {met} met at {running}, with no change left to try: "
+            "measuring it again before calling it Infeasible")) \
+            if confirming and state.convergence.forgiven_of != running else None
         return self._decide(state.evolve(windows_met=0, windows_missed=0), snapshot, forgive=forgive)
 
     def _judge_lucky(self, state: TuningState, missed: MetricsSnapshot) -> TuningState:
         """A window of a config kept on a met window alone missed: did that change move the windows that miss
         (policy.futile)? Its move is futile at every allowed replica when it did not. Judged once either way."""
-        lucky = state.lucky
+        lucky = state.learned.lucky
         if lucky is None:
             return state
         why = rejudged(lucky, state.current.key(), missed)
@@ -69,15 +70,15 @@ class ConvergeStep(MeasureStep):
         history = tuple(h.model_copy(update={"detail": f"{h.detail}; {why}" if h.detail else why})
                         if h.verdict is Verdict.KEPT and h.config.key() == lucky.config_key else h
                         for h in state.history)
-        return state.evolve(lucky=None, futile_moves=tuple(dict.fromkeys((*state.futile_moves, lucky.move))),
+        return state.evolve(lucky=None, futile_moves=tuple(dict.fromkeys((*state.learned.futile_moves, lucky.move))),
                             history=history, message=f"{lucky.change}: {why}")
 
     def _confirm(self, state: TuningState, snapshot: MetricsSnapshot) -> TuningState:
         """The window meets every target: one more toward convergence, which needs the confidence bounds over the
         config's streak of met windows (see the module docstring)."""
-        same = state.streak_of == state.current.describe()
-        streak = (*(state.streak if same else ()), snapshot)[-MAX_STREAK:]
-        met = state.windows_met + 1
+        same = state.measured.streak_of == state.current.describe()
+        streak = (*(state.measured.streak if same else ()), snapshot)[-MAX_STREAK:]
+        met = state.convergence.windows_met + 1
         found = bounds(self.problem.slo, streak)
         margins = "; ".join(b.describe() for b in found)
         state = state.evolve(windows_met=met, windows_missed=0, streak=streak, streak_of=state.current.describe())
@@ -107,18 +108,18 @@ class ConvergeStep(MeasureStep):
         diagnosis = self._diagnose(state, state.current, snapshot).report()
         unbounded = [b.target.name for b in found if b.upper_ms is None]
         claim = (f"with {CONFIDENCE:.0%} confidence" if not unbounded else
-                 f"in {state.windows_met} windows, by point estimate for {', '.join(unbounded)} (too few requests to "
-                 f"bound at {CONFIDENCE:.0%} confidence)")
+                 f"in {state.convergence.windows_met} windows, by point estimate for {', '.join(unbounded)} (too few "
+                 f"requests to bound at {CONFIDENCE:.0%} confidence)")
         state = state.evolve(phase=Phase.CONVERGED, diagnosis=diagnosis, lucky=None,  # proven beyond luck
                              message=f"every SLO target holds {claim}: {margins}",
-                             load_reference=state.load_reference if state.phase is Phase.CONVERGED else
-                             tuple(WindowLoad.of(w) for w in state.streak))  # the windows it came to rest on
+                             load_reference=state.convergence.load_reference if state.phase is Phase.CONVERGED else
+                             tuple(WindowLoad.of(w) for w in state.measured.streak))  # the windows it came to rest on
         return self._trim(state, snapshot)
 
     def _for_margin(self, state: TuningState, found: list[TargetBound], margins: str) -> TuningState:
         """Every window met but a bound misses over a full streak: the policy is asked against the SLO tightened to
         where the bounds sit, while budget remains."""
-        pooled = functools.reduce(pool, state.streak)
+        pooled = functools.reduce(pool, state.measured.streak)
         tight = tightened(self.problem.slo, found)
         if tight.is_met(pooled) or state.changes_applied >= self.problem.tuning.max_iterations:
             return state.evolve(phase=Phase.MEASURING, message=f"every SLO target holds, without margin: {margins}")
@@ -154,8 +155,8 @@ class ConvergeStep(MeasureStep):
         """maxIterations reached. Already Infeasible on the evidence (best effort spent the budget): the evidence
         stays the reason, what is missing stays named; the budget running out is not why the SLO cannot be met."""
         earlier = state.infeasible if state.phase is Phase.INFEASIBLE else None
-        report = earlier.model_copy(update={"closest": state.best or state.current}) if earlier else \
-            InfeasibleReport(closest=state.best or state.current,
+        report = earlier.model_copy(update={"closest": state.learned.best or state.current}) if earlier else \
+            InfeasibleReport(closest=state.learned.best or state.current,
                              reason=f"maxIterations ({state.changes_applied}) reached",
                              needs=("a larger maxIterations, or the changes listed in the history",))
         return self._give_up(state, report, diagnosis.report(), snapshot)
@@ -188,13 +189,13 @@ class ConvergeStep(MeasureStep):
 
     def _policy_input(self, state: TuningState, snapshot: MetricsSnapshot, revisit_kept: bool = False) -> PolicyInput:
         """`revisit_kept`: a fix (not a trim) may give back replicas a kept trim shed (policy.inputs.revisitable)."""
-        excluded = state.failed_keys | state.tried_keys
+        excluded = state.learned.failed_keys | state.learned.tried_keys
         if revisit_kept:
             excluded -= revisitable((h.config for h in state.history if h.verdict is Verdict.KEPT), state.current)
         return PolicyInput(state.current, snapshot, self.problem.slo, self.problem.tuning, self._deployment(state),
-                           excluded, state.rolled_back_moves, state.best, self.problem.workload,
-                           state.prepared_replicas, state.spec_acceptance, self.problem.draft_model,
-                           blocked(state.futile_moves, state.current, self.problem.tuning))
+                           excluded, state.learned.rolled_back_moves, state.learned.best, self.problem.workload,
+                           state.learned.prepared_replicas, state.learned.spec_acceptance, self.problem.draft_model,
+                           blocked(state.learned.futile_moves, state.current, self.problem.tuning))
 
     def _squeezed(self, state: TuningState, config: RuntimeConfig, snapshot: MetricsSnapshot) -> bool:
         """Whether this window of `config` measured the squeeze at the roomiest config, or one but for the last
@@ -224,6 +225,7 @@ class ConvergeStep(MeasureStep):
         targets still in reach once some are known to be out of it (so best effort on the others counts)."""
         out_of_reach = state.infeasible.out_of_reach if state.infeasible is not None else ()
         score = badness(without_targets(self.problem.slo, out_of_reach) or self.problem.slo, snapshot)
-        if state.best is None or state.best == state.current or score < (state.best_badness or float("inf")):
+        best, best_badness = state.learned.best, state.learned.best_badness
+        if best is None or best == state.current or score < (best_badness or float("inf")):
             return state.evolve(best=state.current, best_badness=score)
         return state

@@ -59,10 +59,11 @@ class MeasureStep(ApplyStep):
     def _pool_short(self, state: TuningState, snapshot: MetricsSnapshot) -> tuple[MetricsSnapshot, TuningState]:
         """Windows too small to judge pool with the next ones of the same config: a slow config serves few requests
         a window (a closed loop at one sequence at a time on busy cores), and discarding each would never judge it."""
-        if state.short is None:
+        short = state.measured.short
+        if short is None:
             return snapshot, state
-        if state.short_of == state.running.describe():
-            snapshot = replace(pool(state.short, snapshot), window_s=state.short.window_s + snapshot.window_s)
+        if state.measured.short_of == state.running.describe():
+            snapshot = replace(pool(short, snapshot), window_s=short.window_s + snapshot.window_s)
         return snapshot, state.evolve(short=None, short_of="")
 
     def _drifted(self, state: TuningState, served: ApplyResult) -> TuningState:
@@ -80,13 +81,13 @@ class MeasureStep(ApplyStep):
     def _diagnose(self, state: TuningState, config: RuntimeConfig, snapshot: MetricsSnapshot,
                   slo: SLOSpec | None = None) -> Diagnosis:
         diagnosis = diagnose(snapshot, config, slo or self.problem.slo, self._deployment(state), self.problem.workload,
-                             self.problem.tuning, state.spec_acceptance, self.problem.draft_model)
+                             self.problem.tuning, state.learned.spec_acceptance, self.problem.draft_model)
         if buckets := interpolation_evidence(self.problem.slo, snapshot):
             diagnosis = replace(diagnosis, evidence=(*diagnosis.evidence, *buckets))
-        if not state.speed_ratios:
+        if not state.learned.speed_ratios:
             return diagnosis
-        speed = (f"steps take x{statistics.median(state.speed_ratios):.2f} the profile's time (median of "
-                 f"{len(state.speed_ratios)} window(s)); floors and sizes use the measured speed")
+        speed = (f"steps take x{statistics.median(state.learned.speed_ratios):.2f} the profile's time (median of "
+                 f"{len(state.learned.speed_ratios)} window(s)); floors and sizes use the measured speed")
         return replace(diagnosis, evidence=(*diagnosis.evidence, speed))
 
     @staticmethod
@@ -94,16 +95,16 @@ class MeasureStep(ApplyStep):
         """The workload's per-token draft acceptance once a window that speculated measured it; None before (the
         prior is not a measurement: the policy tells the two apart, e.g. before declaring drafts no help)."""
         if state.running.speculative is None or snapshot.spec_acceptance_rate is None:
-            return state.spec_acceptance
-        return window_acceptance(snapshot, state.running, state.spec_acceptance)
+            return state.learned.spec_acceptance
+        return window_acceptance(snapshot, state.running, state.learned.spec_acceptance)
 
     def _deployment(self, state: TuningState) -> Deployment:
         """The deployment as measured: its profile, slowed or sped up by the recent windows' median step-time
         ratio (perfmodel.window_step), so sizes and floors follow the hardware actually serving."""
-        if not state.speed_ratios:
+        if not state.learned.speed_ratios:
             return self.problem.deployment
-        return self.problem.deployment.slower(statistics.median(state.speed_ratios))
+        return self.problem.deployment.slower(statistics.median(state.learned.speed_ratios))
 
     def _speed_ratios(self, state: TuningState, snapshot: MetricsSnapshot) -> tuple[float, ...]:
         ratio = speed_ratio(self.problem.deployment, state.running, snapshot)
-        return state.speed_ratios if ratio is None else (*state.speed_ratios, ratio)[-SPEED_WINDOWS:]
+        return state.learned.speed_ratios if ratio is None else (*state.learned.speed_ratios, ratio)[-SPEED_WINDOWS:]

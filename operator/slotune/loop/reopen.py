@@ -18,9 +18,9 @@ class ReopenStep(MeasureStep):
     def _reopen_if_changed(self, state: TuningState) -> TuningState:
         """Infeasible and Degraded hold until the spec changes, or (Infeasible) a window shows another workload:
         request rate, prompt or output lengths, or prefix-cache hit rate moved (loop.shift)."""
-        if state.spec_key and state.spec_key != self.problem.key:
+        if state.convergence.spec_key and state.convergence.spec_key != self.problem.key:
             return self._save(self._reopened(state, "the spec changed", same_workload=True))
-        if state.phase is Phase.DEGRADED or not state.load_reference:
+        if state.phase is Phase.DEGRADED or not state.convergence.load_reference:
             return state
         snapshot = self._window(state)
         if isinstance(snapshot, TuningState):
@@ -34,11 +34,11 @@ class ReopenStep(MeasureStep):
         moved (loop.shift.detect_shift), the shift is recorded and tuning resumes from the current config. Any
         other window ends the rest: the reference is rebuilt when the loop next comes to rest."""
         if state.pending is not None or state.phase not in (Phase.CONVERGED, Phase.INFEASIBLE):
-            return state.evolve(load_reference=()) if state.load_reference else state
+            return state.evolve(load_reference=()) if state.convergence.load_reference else state
         load = WindowLoad.of(snapshot)
-        shift = detect_shift(state.load_reference, load)
+        shift = detect_shift(state.convergence.load_reference, load)
         if shift is None:
-            return state.evolve(load_reference=(*state.load_reference, load)[-MAX_REFERENCE:])
+            return state.evolve(load_reference=(*state.convergence.load_reference, load)[-MAX_REFERENCE:])
         return self._shifted(state, shift, snapshot)
 
     def _shifted(self, state: TuningState, shift: LoadShift, snapshot: MetricsSnapshot) -> TuningState:
@@ -58,5 +58,5 @@ class ReopenStep(MeasureStep):
                             streak=(), load_reference=(), spec_key="", changes_applied=0, rolled_back_moves=(),
                             tried_keys=frozenset({state.current.key()}), best=None, best_badness=None,
                             prepared_replicas=None, baseline=None, first_after=None, lucky=None, futile_moves=(),
-                            spec_acceptance=state.spec_acceptance if same_workload else None,
+                            spec_acceptance=state.learned.spec_acceptance if same_workload else None,
                             message=f"re-opened: {why}")

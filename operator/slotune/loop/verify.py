@@ -34,25 +34,26 @@ class VerifyStep(ConvergeStep):
     def _verify(self, state: TuningState, snapshot: MetricsSnapshot) -> tuple[TuningState, bool]:
         """The pending change's window judged: (the state, whether the change was kept and the window is to be
         judged as the kept config's as well)."""
-        pending, baseline = state.pending, state.baseline
+        pending, baseline = state.pending, state.measured.baseline
         assert pending is not None and baseline is not None
         judged = self._judged_slo(state)
         if (backlog := drain.draining(pending, baseline, snapshot)) is not None:  # judge the change, not the queue
             return state.evolve(message=drain.describe(pending, backlog), pending=pending.model_copy(update={
                 "drain_windows": pending.drain_windows + 1, "drain_backlog": backlog})), False
         if pending.canary_pod is not None:  # the canary pod against its siblings over this same window
-            canary = loop_canary.verification(self.source, pending, judged, state.noise_floor)
+            canary = loop_canary.verification(self.source, pending, judged, state.learned.noise_floor)
             if isinstance(canary, loop_canary.Unjudged):
                 return self._unjudged_canary(state, pending, canary), False
         verdict = canary if pending.canary_pod is not None else verify(
-            baseline, snapshot, pending.target_metric, pending.target_percentile, judged,
-            costs_nothing=costs_nothing(pending.previous, pending.config), earlier_after=state.first_after)
+            baseline, snapshot, pending.proposal.target_metric, pending.proposal.target_percentile, judged,
+            costs_nothing=costs_nothing(pending.previous, pending.config), earlier_after=state.measured.first_after)
         quality = (self.quality.check(pending.previous, pending.config, pending.canary_endpoint)
                    if self.quality is not None else None)
         if quality is not None and quality.pending:  # its requests are in this window anyway: judge the next one
             return state.evolve(message=f"{pending.change}: {quality.reason}; the window is not judged"), False
-        change = Judged(baseline, snapshot, judged, pending.target_metric, pending.target_percentile, pending.trim,
-                        pending.canary_pod is not None, state.first_after)
+        proposal = pending.proposal
+        change = Judged(baseline, snapshot, judged, proposal.target_metric, proposal.target_percentile, proposal.trim,
+                        pending.canary_pod is not None, state.measured.first_after)
         verdict = amended(verdict, change, quality, self.problem.slo, self.problem.tuning.convergence_windows,
                           squeezed=lambda: state.phase is not Phase.INFEASIBLE
                           and self._squeezed(state, pending.config, snapshot))
@@ -78,9 +79,9 @@ class VerifyStep(ConvergeStep):
     def _conclude(self, state: TuningState, snapshot: MetricsSnapshot, verdict: Judgement,
                   judged: SLOSpec) -> tuple[TuningState, bool]:
         """Keep (promote a canary), or roll back."""
-        pending, baseline = state.pending, state.baseline
+        pending, baseline = state.pending, state.measured.baseline
         assert pending is not None and baseline is not None
-        earlier, state = state.first_after, state.evolve(first_after=None)
+        earlier, state = state.measured.first_after, state.evolve(first_after=None)
         if pending.canary_pod is not None:
             self.backend.end_canary()  # type: ignore[attr-defined]  # the apply below brings every pod to one config
         if verdict.keep and pending.canary_pod is not None:  # promote; the window mixed both arms: measure again
@@ -89,27 +90,26 @@ class VerifyStep(ConvergeStep):
                 f"promoted {pending.change} from canary pod {pending.canary_pod} to every pod")), pending.config), False
         if verdict.keep:
             entry = self._entry(state, pending, Verdict.KEPT, verdict.reason, snapshot)
-            lucky = lucky_keep(verdict, baseline, snapshot, judged, pending.knob, pending.change, pending.previous,
-                               pending.config, pending.target_metric, pending.target_percentile) \
-                if not pending.trim and at_max_replicas(pending.config, self.problem.tuning) else None
+            lucky = lucky_keep(verdict, baseline, snapshot, judged, pending.proposal, pending.previous) \
+                if not pending.proposal.trim and at_max_replicas(pending.config, self.problem.tuning) else None
             return state.record(entry).evolve(current=pending.config, pending=None, baseline=None, lucky=lucky), True
         return self._rolled_back(state, snapshot, earlier, verdict), False
 
     def _rolled_back(self, state: TuningState, snapshot: MetricsSnapshot, earlier: MetricsSnapshot | None,
                      verdict: Judgement) -> TuningState:
-        pending, baseline = state.pending, state.baseline
+        pending, baseline = state.pending, state.measured.baseline
         assert pending is not None and baseline is not None
         entry = self._entry(state, pending, Verdict.ROLLED_BACK, verdict.reason, snapshot)
-        moves = (*state.rolled_back_moves, move_key(pending.previous, pending.config))
+        moves = (*state.learned.rolled_back_moves, move_key(pending.previous, pending.config))
         state = self._restore(state.record(entry).evolve(pending=None, phase=Phase.TUNING, rolled_back_moves=moves,
                                                          message=f"rolled back {pending.change}: {verdict.reason}"),
                               pending.previous)
         if state.phase is Phase.DEGRADED or state.rollout is not None:
             return state  # a rollback still rolling out: the next window of the restored config decides
-        if pending.trim:  # the restored config met the SLO: stay converged, maybe try another saving later
+        if pending.proposal.trim:  # the restored config met the SLO: stay converged, maybe try another saving later
             state = state.evolve(phase=Phase.CONVERGED, message=f"kept {state.current.describe()}: "
                                  f"{pending.change} broke the SLO")
-            first_miss = pending.knob is Knob.REPLICAS and moves.count(moves[-1]) == 1
+            first_miss = pending.proposal.knob is Knob.REPLICAS and moves.count(moves[-1]) == 1
             return self._headroom(state, pending.config, snapshot) if first_miss else state.evolve(baseline=None)
         if state.phase is not Phase.INFEASIBLE:
             return self._after_rollback(state, pending, baseline, snapshot, earlier)
@@ -164,7 +164,7 @@ class VerifyStep(ConvergeStep):
     def _canary_quality(self, state: TuningState, quality: QualityVerdict) -> TuningState:
         """The canary's quality gate is still probing its pod (wait: no latency window is judged before it), or
         broke: the canary pod alone goes back to the previous config, before any latency window."""
-        pending, baseline = state.pending, state.baseline
+        pending, baseline = state.pending, state.measured.baseline
         assert pending is not None and baseline is not None
         if quality.pending:
             message = f"{pending.change}: {quality.reason} on canary pod {pending.canary_pod}"
@@ -172,7 +172,7 @@ class VerifyStep(ConvergeStep):
         self.backend.end_canary()  # type: ignore[attr-defined]
         reason = f"canary verification on pod {pending.canary_pod}, quality judged first: {quality.reason}"
         entry = self._entry(state, pending, Verdict.ROLLED_BACK, reason)
-        moves = (*state.rolled_back_moves, move_key(pending.previous, pending.config))
+        moves = (*state.learned.rolled_back_moves, move_key(pending.previous, pending.config))
         state = self._restore(state.record(entry).evolve(pending=None, phase=Phase.TUNING, rolled_back_moves=moves,
                                                          message=f"rolled back {pending.change}: {reason}"),
                               pending.previous)

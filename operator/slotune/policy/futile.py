@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 from slotune.api.tuning import Knob, TuningSpec
 from slotune.judge.verification import Judgement, MetricChange, compare
 from slotune.knobs import RuntimeConfig
+from slotune.policy.inputs import Proposal
 from slotune.policy.sizing import move_direction
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencyMetric, MetricsSnapshot
@@ -45,16 +46,16 @@ class LuckyKeep(BaseModel):
     baseline: MetricsSnapshot  # the missed window it was kept against
 
 
-def lucky_keep(verdict: Judgement, baseline: MetricsSnapshot, after: MetricsSnapshot, slo: SLOSpec, knob: Knob,
-               change: str, previous: RuntimeConfig, config: RuntimeConfig, metric: LatencyMetric,
-               percentile: int) -> LuckyKeep | None:
+def lucky_keep(verdict: Judgement, baseline: MetricsSnapshot, after: MetricsSnapshot, slo: SLOSpec,
+               kept: Proposal, previous: RuntimeConfig) -> LuckyKeep | None:
     """The keep to re-judge on the config's next missed window, or None when the verdict stands on its own."""
-    if not verdict.keep or knob is Knob.REPLICAS:
+    if not verdict.keep or kept.knob is Knob.REPLICAS:
         return None
     if slo.is_met(baseline) or not slo.is_met(after):
         return None
-    return LuckyKeep(config_key=config.key(), move=move_direction(previous, config, knob), change=change, metric=metric,
-                     percentile=percentile, baseline=baseline)
+    return LuckyKeep(config_key=kept.config.key(), move=move_direction(previous, kept.config, kept.knob),
+                     change=kept.change, metric=kept.target_metric, percentile=kept.target_percentile,
+                     baseline=baseline)
 
 
 def futile(lucky: LuckyKeep, missed: MetricsSnapshot) -> MetricChange | None:

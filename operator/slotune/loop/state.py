@@ -6,7 +6,7 @@ verification, configs never to try again, the convergence counter and the cooldo
 next to the resource's status, local mode in a file; `to_status` renders the user-facing `TunedModelStatus`. Grouped
 by concern: what runs and is pending (the top level, `PendingChange`), what was measured (`Measured`), what was
 learned (`Learned`), how the config converges (`Convergence`). Files saved before the grouping (flat fields, the
-proposal spelled out on the pending change) still load (tests/unit/test_state_compat.py).
+proposal spelled out on the pending change) still load (tests/unit/loop/test_state_compat.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""A change that can alter outputs, verified as a canary (slotune.loop.canary.quality_first, its hooks in loop.tuner):
+"""A change that can alter outputs, verified as a canary (slotune.loop.canary.quality_first, its hooks in loop.tuner
+and loop.verify):
 the quality gate probes the canary pod alone (the Service would mix both configs' answers), and is judged before
 any latency window, so a change that breaks quality goes back on the canary pod without a window being read; one
 that holds is then judged on latency canary-vs-siblings. A backend that cannot name the canary pod's endpoint

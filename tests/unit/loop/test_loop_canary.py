@@ -1,4 +1,5 @@
-"""The loop's canary path (slotune.loop.canary, hooks in loop.tuner): a live change with two or more replicas goes to
+"""The loop's canary path (slotune.loop.canary, hooks in loop.apply and loop.verify): a live change with two or more
+replicas goes to
 one replica, the canary window is judged canary-vs-siblings, and the change is promoted to every replica or rolled
 back on the canary alone; with one replica, or a backend without canaries, before/after as ever."""
 

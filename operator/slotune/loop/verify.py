@@ -36,7 +36,7 @@ class VerifyStep(ConvergeStep):
         judged as the kept config's as well)."""
         pending, baseline = state.pending, state.measured.baseline
         assert pending is not None and baseline is not None
-        judged = self._judged_slo(state)
+        proposal, judged = pending.proposal, self._judged_slo(state)
         if (backlog := drain.draining(pending, baseline, snapshot)) is not None:  # judge the change, not the queue
             return state.evolve(message=drain.describe(pending, backlog), pending=pending.model_copy(update={
                 "drain_windows": pending.drain_windows + 1, "drain_backlog": backlog})), False
@@ -45,13 +45,12 @@ class VerifyStep(ConvergeStep):
             if isinstance(canary, loop_canary.Unjudged):
                 return self._unjudged_canary(state, pending, canary), False
         verdict = canary if pending.canary_pod is not None else verify(
-            baseline, snapshot, pending.proposal.target_metric, pending.proposal.target_percentile, judged,
+            baseline, snapshot, proposal.target_metric, proposal.target_percentile, judged,
             costs_nothing=costs_nothing(pending.previous, pending.config), earlier_after=state.measured.first_after)
         quality = (self.quality.check(pending.previous, pending.config, pending.canary_endpoint)
                    if self.quality is not None else None)
         if quality is not None and quality.pending:  # its requests are in this window anyway: judge the next one
             return state.evolve(message=f"{pending.change}: {quality.reason}; the window is not judged"), False
-        proposal = pending.proposal
         change = Judged(baseline, snapshot, judged, proposal.target_metric, proposal.target_percentile, proposal.trim,
                         pending.canary_pod is not None, state.measured.first_after)
         verdict = amended(verdict, change, quality, self.problem.slo, self.problem.tuning.convergence_windows,

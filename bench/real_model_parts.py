@@ -23,8 +23,8 @@ from bench import llama_cpp_peer
 from bench.real_model_report import markdown
 from bench.real_model_streams import stream_throughput
 from gpu_runtime import cpu_blas
-from gpu_runtime.cpu_layout import use_decode_layout
-from gpu_runtime.engine import LLMEngine, SamplingParams
+from gpu_runtime.engine.llm_engine import LLMEngine, SamplingParams
+from gpu_runtime.model.cpu_layout import use_decode_layout
 from gpu_runtime.quant.apply import weight_bytes
 from gpu_runtime.server.chat import ChatTemplate
 from gpu_runtime.server.protocol import ChatMessage
@@ -117,7 +117,7 @@ def engine_decode_times(engine: Any, prompt: list[int], max_tokens: int) -> tupl
 
 @contextmanager
 def torch_gemv() -> Iterator[None]:
-    """Batch-1 products through torch's own kernel (MKL), as before gpu_runtime.cpu_blas, then restored."""
+    """Batch-1 products through torch's own kernel (MKL), as before gpu_runtime.model.cpu_blas, then restored."""
     previous = cpu_blas.set_enabled(False)
     try:
         yield
@@ -127,7 +127,7 @@ def torch_gemv() -> Iterator[None]:
 
 @contextmanager
 def row_major(model: nn.Module) -> Iterator[None]:
-    """The model with its Linear weights stored row-major, as before gpu_runtime.cpu_layout, then restored."""
+    """The model with its Linear weights stored row-major, as before gpu_runtime.model.cpu_layout, then restored."""
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, nn.Linear):

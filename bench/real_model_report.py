@@ -45,7 +45,8 @@ def markdown(r: dict[str, Any]) -> str:
         f"{verdict} the target of "
         f"{r['target_fraction_of_bound']:.0%}. Against transformers `generate`: "
         f"**{r['engine_speedup_over_hf_generate']:.2f}x**; against its own row-major weights (before "
-        f"gpu_runtime/cpu_layout.py), median of the rounds' paired ratios: {r['engine_speedup_over_row_major']:.2f}x "
+        f"gpu_runtime/model/cpu_layout.py), median of the rounds' paired ratios: "
+        f"{r['engine_speedup_over_row_major']:.2f}x "
         f"({', '.join(f'{v:.2f}' for v in r['engine_speedup_over_row_major_rounds'])}).",
     ]
     if "gemv" in r:

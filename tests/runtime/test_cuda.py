@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_runtime.checkpoint import build_checkpoint
-from gpu_runtime.engine import EngineConfig, LLMEngine, SamplingParams
+from gpu_runtime.checkpoint.builtin import build_checkpoint
+from gpu_runtime.engine.llm_engine import EngineConfig, LLMEngine, SamplingParams
 from gpu_runtime.quant import QuantScheme
 
 pytestmark = pytest.mark.gpu

@@ -13,9 +13,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from gpu_runtime.attention import batched_attention_bmm, batched_attention_sdpa
-from gpu_runtime.engine import EngineConfig, LLMEngine, SamplingParams
-from gpu_runtime.model_runner import ModelRunner, SequenceInput
+from gpu_runtime.engine.llm_engine import EngineConfig, LLMEngine, SamplingParams
+from gpu_runtime.engine.model_runner import ModelRunner, SequenceInput
+from gpu_runtime.model.attention import batched_attention_bmm, batched_attention_sdpa
 
 ATOL = 1e-4
 BLOCK_SIZE = 4

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import torch
 
-from gpu_runtime.attention import AttentionGroup, AttentionMetadata, RopeTables
 from gpu_runtime.config import ModelConfig
-from gpu_runtime.loader import load_model, load_weights
+from gpu_runtime.model.attention import AttentionGroup, AttentionMetadata, RopeTables
+from gpu_runtime.model.loader import load_model, load_weights
 
 # Sequences with at most this many query tokens are attended together in one padded SDPA call.
 BATCHED_MAX_QUERIES = 16

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from gpu_runtime.checkpoint.files import read_model_config
 from gpu_runtime.config import (
     DEFAULT_CPU_KV_CACHE_BYTES,
     MAX_MODEL_LEN_CAP,
@@ -21,20 +22,19 @@ from gpu_runtime.config import (
     SamplingParams,
     SchedulerKnobs,
 )
-from gpu_runtime.kv_cache import BlockManager
-from gpu_runtime.logits_processing import processed_rows
-from gpu_runtime.logprobs import TokenLogprob, step_logprobs
-from gpu_runtime.model_files import read_model_config
-from gpu_runtime.model_runner import ModelRunner, SequenceInput, kv_bytes_per_block
+from gpu_runtime.engine.block_manager import BlockManager
+from gpu_runtime.engine.logits_processing import processed_rows
+from gpu_runtime.engine.logprobs import TokenLogprob, step_logprobs
+from gpu_runtime.engine.model_runner import ModelRunner, SequenceInput, kv_bytes_per_block
+from gpu_runtime.engine.sampling import Sampler, processed_probs
+from gpu_runtime.engine.scheduler import ScheduledSequence, Scheduler, SchedulerOutput
+from gpu_runtime.engine.sequence import RequestTimes, Sequence
+from gpu_runtime.engine.step_trace import StepTrace
 from gpu_runtime.quant import QuantReport, requantize
-from gpu_runtime.sampling import Sampler, processed_probs
-from gpu_runtime.scheduler import ScheduledSequence, Scheduler, SchedulerOutput
-from gpu_runtime.sequence import RequestTimes, Sequence
 from gpu_runtime.speculative.config import SpecMethod, SpeculativeSettings, parse_speculative_config
 from gpu_runtime.speculative.decoder import SpecCounters, SpeculativeDecoder
 from gpu_runtime.speculative.draft import DraftModelProposer
-from gpu_runtime.step_trace import StepTrace
-from gpu_runtime.tokenizer import IncrementalDetokenizer, Tokenizer
+from gpu_runtime.tokenizer.tokenizer import IncrementalDetokenizer, Tokenizer
 
 __all__ = [
     "EngineConfig",

@@ -9,9 +9,9 @@ OpenBLAS was ahead at every row count measured over SmolLM2's shapes (thread CPU
 load average ~6): 1 row 23.8 vs 30.2 ms, 8 rows 60 vs 78, 64 rows 204 vs 268, 256 rows (a prefill chunk) 711 vs
 859. MKL dispatches by CPU vendor; on Intel cores the gap may be nil, and the benchmark reports it per machine.
 
-The product reads the weight's [in, out] storage (gpu_runtime.cpu_layout) as a numpy view, no copy: x @ W^T with W^T
-row-major is `sgemv` (one row) or `sgemm` over the same bytes. Results differ from MKL's only in summation order
-(fp32 rounding).
+The product reads the weight's [in, out] storage (gpu_runtime.model.cpu_layout) as a numpy view, no copy: x @ W^T
+with W^T row-major is `sgemv` (one row) or `sgemm` over the same bytes. Results differ from MKL's only in summation
+order (fp32 rounding).
 
 Used only where it is safe and measured: a CPU fp32 input, a column-major weight, no autograd, and one torch thread
 (the runtime's default, one per process; with more, torch's threaded kernel runs). OpenBLAS is pinned to one thread
@@ -94,7 +94,7 @@ def _openblas() -> ctypes.CDLL | None:
 
 class BlasLinear(nn.Linear):
     """nn.Linear whose CPU fp32 products run through numpy's OpenBLAS (see the module docstring). Same parameters,
-    state dict and isinstance as nn.Linear: gpu_runtime.cpu_layout swaps the class in place."""
+    state dict and isinstance as nn.Linear: gpu_runtime.model.cpu_layout swaps the class in place."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight_t = self.weight.t()

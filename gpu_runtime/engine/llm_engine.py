@@ -1,6 +1,10 @@
 """LLMEngine: the runtime's public surface. Accepts requests, runs one scheduler step plus one forward pass per
-step(), samples, detokenizes, applies stop conditions and reports per-request outputs with timestamps (the single
-source of every latency metric). Single-threaded: the server drives it from one worker thread.
+step(), and reports per-request outputs with timestamps (the single source of every latency metric). Single-threaded:
+the server drives it from one worker thread.
+
+The work is split by responsibility, as in nano-vllm: `limits` settles device, dtype and sizes and checks requests,
+the `scheduler` picks each step's sequences, `forward_step` runs the model and samples, `output_processor`
+detokenizes and applies stop conditions; this class holds them together and owns the live switches.
 """
 
 from __future__ import annotations
@@ -8,33 +12,28 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from gpu_runtime.checkpoint.files import read_model_config
-from gpu_runtime.config import (
-    DEFAULT_CPU_KV_CACHE_BYTES,
-    MAX_MODEL_LEN_CAP,
-    EngineConfig,
-    ModelConfig,
-    SamplingParams,
-    SchedulerKnobs,
-)
+from gpu_runtime.config import EngineConfig, SamplingParams, SchedulerKnobs
+from gpu_runtime.engine import limits
 from gpu_runtime.engine.block_manager import BlockManager
-from gpu_runtime.engine.logits_processing import processed_rows
-from gpu_runtime.engine.logprobs import TokenLogprob, step_logprobs
-from gpu_runtime.engine.model_runner import ModelRunner, SequenceInput, kv_bytes_per_block
+from gpu_runtime.engine.forward_step import ForwardStep
+from gpu_runtime.engine.logprobs import TokenLogprob
+from gpu_runtime.engine.model_runner import ModelRunner
+from gpu_runtime.engine.output_processor import OutputProcessor
+from gpu_runtime.engine.outputs import EngineStats, RequestOutput
 from gpu_runtime.engine.sampling import Sampler, processed_probs
-from gpu_runtime.engine.scheduler import ScheduledSequence, Scheduler, SchedulerOutput
+from gpu_runtime.engine.scheduler import Scheduler
 from gpu_runtime.engine.sequence import RequestTimes, Sequence
 from gpu_runtime.engine.step_trace import StepTrace
 from gpu_runtime.quant import QuantReport, requantize
 from gpu_runtime.speculative.config import SpecMethod, SpeculativeSettings, parse_speculative_config
 from gpu_runtime.speculative.decoder import SpecCounters, SpeculativeDecoder
 from gpu_runtime.speculative.draft import DraftModelProposer
-from gpu_runtime.tokenizer.tokenizer import IncrementalDetokenizer, Tokenizer
+from gpu_runtime.tokenizer.tokenizer import Tokenizer
 
 __all__ = [
     "EngineConfig",
@@ -46,90 +45,28 @@ __all__ = [
     "SchedulerKnobs",
 ]
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-_CUDA_ACTIVATION_RESERVE_BYTES = 1 << 30
-DETOKENIZE_CONTEXT = 5  # prompt ids an output's detokenization starts from (vLLM's initial offset)
-
-
-@dataclass(frozen=True)
-class RequestOutput:
-    request_id: str
-    new_token_ids: list[int]
-    new_text: str
-    num_output_tokens: int
-    num_prompt_tokens: int
-    num_cached_tokens: int
-    finished: bool
-    finish_reason: str | None
-    times: RequestTimes
-    token_times: list[float]
-    logprobs: list[TokenLogprob] | None = None  # one per new token when the request asked for logprobs
-
-
-@dataclass(frozen=True)
-class EngineStats:
-    num_running: int
-    num_waiting: int
-    kv_cache_usage: float
-    num_total_blocks: int
-    num_free_blocks: int
-    prefix_cache_queries_tokens: int
-    prefix_cache_hits_tokens: int
-    num_preemptions: int
-    num_steps: int
-    last_step_num_tokens: int
-    # Speculative decoding (cumulative; vllm:spec_decode_*): verified drafts, drafted and accepted tokens, and how
-    # often the draft token at each position was accepted.
-    spec_num_drafts: int = 0
-    spec_num_draft_tokens: int = 0
-    spec_num_accepted_tokens: int = 0
-    spec_num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
-
-
-@dataclass
-class _TextState:
-    """Detokenized output of one request; text past `emitted` is held back while it could start a stop string."""
-
-    detokenizer: IncrementalDetokenizer
-    text: str = ""
-    emitted: int = 0
-    stop_holdback: int = 0
-    token_times: list[float] = field(default_factory=list)
-
-
-def _resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def _resolve_dtype(name: str, model_cfg: ModelConfig, device: torch.device) -> torch.dtype:
-    dtype = _DTYPES.get(model_cfg.torch_dtype, torch.float32) if name == "auto" else _DTYPES[name]
-    if name == "auto" and device.type == "cpu" and dtype == torch.float16:
-        return torch.float32  # fp16 matmuls on CPU are slow and not more accurate than fp32
-    return dtype
-
 
 class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         path = Path(config.model)
         self.model_config = read_model_config(path)
-        self.device = _resolve_device(config.device)
-        self.dtype = _resolve_dtype(config.dtype, self.model_config, self.device)
-        self.max_model_len = self._max_model_len()
+        self.device = limits.resolve_device(config.device)
+        self.dtype = limits.resolve_dtype(config.dtype, self.model_config, self.device)
+        self.max_model_len = limits.max_model_len(config, self.model_config)
         torch.manual_seed(config.seed)
         self.runner = ModelRunner(path, self.dtype, self.device, self.max_model_len, config.block_size)
         self.quantization = "none"
         if config.quantization != "none":  # before the KV cache, so on CUDA the freed weight memory goes to KV
             self.set_quantization(config.quantization)
-        self.runner.allocate_kv_cache(self._num_blocks())
+        self.runner.allocate_kv_cache(limits.num_kv_blocks(config, self.model_config, self.dtype, self.device))
         self.tokenizer = Tokenizer(path, self.model_config.eos_token_ids)
         self.block_manager = BlockManager(self.runner.num_blocks, config.block_size, config.knobs.enable_prefix_caching)
         self.scheduler = Scheduler(config.knobs, self.block_manager)
         self.sampler = Sampler(self.device, config.seed)
+        self._forward = ForwardStep(self.runner, self.block_manager, self.sampler, self.tokenizer.eos_token_ids)
+        self._outputs = OutputProcessor(self.tokenizer, self.max_model_len)
         self._seqs: dict[str, Sequence] = {}
-        self._texts: dict[str, _TextState] = {}
         self._pending: list[RequestOutput] = []
         self._num_steps = 0
         self._last_step_num_tokens = 0
@@ -143,61 +80,19 @@ class LLMEngine:
     def knobs(self) -> SchedulerKnobs:
         return self.scheduler.knobs
 
-    def _max_model_len(self) -> int:
-        limit = min(self.model_config.max_position_embeddings, MAX_MODEL_LEN_CAP)
-        wanted = self.config.max_model_len or limit
-        if wanted > self.model_config.max_position_embeddings:
-            raise ValueError(
-                f"max_model_len {wanted} exceeds the model's max_position_embeddings "
-                f"{self.model_config.max_position_embeddings}"
-            )
-        return wanted
-
-    def _num_blocks(self) -> int:
-        per_block = kv_bytes_per_block(self.model_config, self.config.block_size, self.dtype)
-        if self.device.type == "cuda":
-            free, total = torch.cuda.mem_get_info(self.device)
-            budget = int(free - total * (1 - self.config.gpu_memory_utilization)) - _CUDA_ACTIVATION_RESERVE_BYTES
-        else:
-            budget = self.config.kv_cache_memory_bytes or DEFAULT_CPU_KV_CACHE_BYTES
-        num_blocks = budget // per_block
-        if num_blocks < 1:
-            raise ValueError(f"KV cache budget of {budget} bytes holds no block of {per_block} bytes")
-        return num_blocks
-
     # ---- requests -------------------------------------------------------------------------------------------
     def add_request(
         self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, arrival_time: float | None = None
     ) -> None:
-        self._validate_request(request_id, prompt_token_ids, params)
+        if request_id in self._seqs:
+            raise ValueError(f"request id {request_id!r} is already in flight")
+        limits.check_request(prompt_token_ids, params, self.model_config, self.max_model_len, self.block_manager)
         seq = Sequence(
             request_id, list(prompt_token_ids), params, time.monotonic() if arrival_time is None else arrival_time
         )
         self._seqs[request_id] = seq
-        holdback = max((len(s) for s in params.stop), default=1) - 1
-        context = prompt_token_ids[-DETOKENIZE_CONTEXT:]
-        self._texts[request_id] = _TextState(IncrementalDetokenizer(self.tokenizer, context), stop_holdback=holdback)
+        self._outputs.add(request_id, prompt_token_ids, params)
         self.scheduler.add(seq)
-
-    def _validate_request(self, request_id: str, prompt: list[int], params: SamplingParams) -> None:
-        if request_id in self._seqs:
-            raise ValueError(f"request id {request_id!r} is already in flight")
-        if not prompt:
-            raise ValueError("prompt must contain at least one token")
-        if len(prompt) + params.max_tokens > self.max_model_len:
-            raise ValueError(
-                f"prompt ({len(prompt)} tokens) + max_tokens ({params.max_tokens}) exceeds "
-                f"max_model_len ({self.max_model_len})"
-            )
-        if min(prompt) < 0 or max(prompt) >= self.model_config.vocab_size:
-            raise ValueError(f"prompt token ids must be in [0, {self.model_config.vocab_size})")
-        if any(not 0 <= token < self.model_config.vocab_size for token, _ in params.logit_bias):
-            raise ValueError(f"logit_bias token ids must be in [0, {self.model_config.vocab_size})")
-        if self.block_manager.blocks_needed(len(prompt) + params.max_tokens) > self.block_manager.num_total_blocks:
-            raise ValueError(
-                f"prompt + max_tokens needs more KV blocks than the whole cache holds "
-                f"({self.block_manager.num_total_blocks} blocks of {self.config.block_size} tokens)"
-            )
 
     def abort_request(self, request_id: str) -> None:
         """Free the request's KV blocks; the next step() reports it finished with finish_reason "abort"."""
@@ -205,7 +100,7 @@ class LLMEngine:
         if seq is None:
             return
         self._finish(seq, "abort", time.monotonic())
-        self._pending.append(self._output(seq, [], "", []))
+        self._pending.append(self._outputs.output(seq, [], "", []))
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished() or bool(self._pending)
@@ -267,118 +162,32 @@ class LLMEngine:
             if item.seq.first_scheduled_time is None:
                 item.seq.first_scheduled_time = now
         completing = [item for item in sched.scheduled if item.completes]
-        tokens, logprobs = self._forward_and_sample(sched, completing) if sched.scheduled else ([], [])
+        tokens, logprobs = self._forward.run(sched, completing, self._spec) if sched.scheduled else ([], [])
         now = time.monotonic()
         for item, new_tokens in zip(completing, tokens, strict=True):
             for token in new_tokens:
                 item.seq.append_token(token, now)
         self.scheduler.on_step_done(sched)  # after appending: a verified draft's KV stays only if it was accepted
         for item, new_tokens, new_logprobs in zip(completing, tokens, logprobs, strict=True):
-            outputs.append(self._process_tokens(item.seq, new_tokens, new_logprobs, now))
+            outputs.append(self._process(item.seq, new_tokens, new_logprobs, now))
         self._num_steps += 1
         self._last_step_num_tokens = sched.num_batched_tokens
         if self._step_trace is not None:
             self._step_trace.record(sched, step_start, time.monotonic())
         return outputs
 
-    def _forward_and_sample(
-        self, sched: SchedulerOutput, completing: list[ScheduledSequence]
-    ) -> tuple[list[list[int]], list[list[TokenLogprob] | None]]:
-        """One forward pass; returns the new tokens of each completing sequence (1, or up to 1 + drafts) and their
-        logprobs where the request asked for them."""
-        inputs = [
-            SequenceInput(
-                _query_tokens(item),
-                item.start,
-                self.block_manager.block_ids(item.seq.request_id),
-                1 + item.num_spec_tokens if item.completes else 0,
-            )
-            for item in sched.scheduled
-        ]
-        logits = self.runner.execute(inputs)
-        rows = logits.split([1 + item.num_spec_tokens for item in completing])
-        seqs = [item.seq for item in completing]
-        drawn_from = processed_rows(rows, [s.params for s in seqs], [s.num_output_tokens for s in seqs],
-                                    self.tokenizer.eos_token_ids)
-        tokens: list[list[int]] = [[] for _ in completing]
-        plain = [i for i, item in enumerate(completing) if not item.num_spec_tokens]
-        if plain:
-            sampled = self.sampler.sample(
-                torch.cat([drawn_from[i] for i in plain]), [seqs[i].params for i in plain],
-                [seqs[i].request_id for i in plain],
-            )
-            for i, token in zip(plain, sampled, strict=True):
-                tokens[i] = [token]
-        spec = [i for i, item in enumerate(completing) if item.num_spec_tokens]
-        if spec and self._spec is not None:
-            items = [completing[i] for i in spec]
-            drafts = [item.seq.spec_token_ids[: item.num_spec_tokens] for item in items]
-            verified = self._spec.verify([item.seq for item in items], drafts, [drawn_from[i] for i in spec])
-            for i, new_tokens in zip(spec, verified, strict=True):
-                tokens[i] = new_tokens
-        return tokens, step_logprobs(list(rows), tokens, [item.seq.params.logprobs for item in completing])
-
-    def _process_tokens(
-        self, seq: Sequence, tokens: list[int], logprobs: list[TokenLogprob] | None, now: float
-    ) -> RequestOutput:
-        """Detokenize and check stop conditions token by token; tokens after a stop are dropped from the sequence."""
-        state = self._texts[seq.request_id]
-        num_before = seq.num_output_tokens - len(tokens)
-        reason = None
-        for i, token in enumerate(tokens):
-            num_output = num_before + i + 1
-            state.token_times.append(now)
-            state.text += state.detokenizer.step(seq.output_token_ids[:num_output])
-            reason = self._stop_reason(seq, token, state, num_output)
-            if reason is not None:
-                del seq.token_ids[seq.num_prompt_tokens + num_output :]
-                tokens = tokens[: i + 1]
-                logprobs = None if logprobs is None else logprobs[: i + 1]
-                self._finish(seq, reason, now)
-                break
-        end = len(state.text) if reason else max(state.emitted, len(state.text) - state.stop_holdback)
-        new_text, state.emitted = state.text[state.emitted : end], end
-        times, state.token_times = state.token_times, []
-        return self._output(seq, tokens, new_text, times, logprobs)
-
-    def _stop_reason(self, seq: Sequence, token: int, state: _TextState, num_output: int) -> str | None:
-        params = seq.params
-        if num_output < params.min_tokens:  # vLLM: no stop of any kind before min_tokens, only the length bounds
-            return "length" if seq.num_prompt_tokens + num_output >= self.max_model_len else None
-        if token in params.stop_token_ids or (not params.ignore_eos and token in self.tokenizer.eos_token_ids):
-            return "stop"
-        for stop in params.stop:
-            index = state.text.find(stop, max(0, state.emitted - len(stop)))
-            if index >= 0:
-                state.text = state.text[:index]
-                return "stop"
-        if num_output >= params.max_tokens or seq.num_prompt_tokens + num_output >= self.max_model_len:
-            return "length"
-        return None
+    def _process(self, seq: Sequence, tokens: list[int], logprobs: list[TokenLogprob] | None, now: float
+                 ) -> RequestOutput:
+        tokens, new_text, times, logprobs, reason = self._outputs.process(seq, tokens, logprobs, now)
+        if reason is not None:
+            self._finish(seq, reason, now)
+        return self._outputs.output(seq, tokens, new_text, times, logprobs)
 
     def _finish(self, seq: Sequence, reason: str, now: float) -> None:
         self.scheduler.remove(seq)
         self.sampler.forget(seq.request_id)
         seq.finish_reason, seq.finished_time = reason, now
         del self._seqs[seq.request_id]
-
-    def _output(self, seq: Sequence, new_ids: list[int], new_text: str, token_times: list[float],
-                logprobs: list[TokenLogprob] | None = None) -> RequestOutput:
-        if seq.is_finished:
-            self._texts.pop(seq.request_id, None)
-        return RequestOutput(
-            request_id=seq.request_id,
-            new_token_ids=new_ids,
-            new_text=new_text,
-            num_output_tokens=seq.num_output_tokens,
-            num_prompt_tokens=seq.num_prompt_tokens,
-            num_cached_tokens=seq.num_cached_tokens,
-            finished=seq.is_finished,
-            finish_reason=seq.finish_reason,
-            times=seq.times(),
-            token_times=token_times,
-            logprobs=logprobs,
-        )
 
     # ---- introspection and convenience ----------------------------------------------------------------------
     def stats(self) -> EngineStats:
@@ -413,10 +222,3 @@ class LLMEngine:
                     results[out.request_id].extend(out.new_token_ids)
         return [results[rid] for rid in ids]
 
-
-def _query_tokens(item: ScheduledSequence) -> list[int]:
-    """The step's query tokens of one sequence: its uncomputed tokens, then the drafts that fit the budget."""
-    seq, end = item.seq, item.start + item.num_new_tokens
-    if not item.num_spec_tokens:
-        return seq.token_ids[item.start : end]
-    return seq.token_ids[item.start :] + seq.spec_token_ids[: item.num_spec_tokens]

@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gpu_runtime import cpu_blas
 from gpu_runtime.engine.llm_engine import EngineConfig, LLMEngine, SamplingParams, SchedulerKnobs
+from gpu_runtime.model import cpu_blas
 from gpu_runtime.model.cpu_blas import BlasLinear
 from gpu_runtime.model.cpu_layout import use_decode_layout
 

@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 
 from bench.canary_ramp import WINDOW_S, run_ramps
-from gpu_runtime.checkpoint import build_checkpoint
+from gpu_runtime.checkpoint.builtin import build_checkpoint
 from slotune.backends.processes import LaunchSpec, RuntimeProcess
 from slotune.judge.canary import ALPHA, METHOD, CanaryOutcome, judge
 from slotune.judge.canary_noise import NoiseFloor

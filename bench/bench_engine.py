@@ -29,8 +29,8 @@ from pathlib import Path
 
 import torch
 
-from gpu_runtime.checkpoint import build_checkpoint
-from gpu_runtime.engine import EngineConfig, LLMEngine, SamplingParams, SchedulerKnobs
+from gpu_runtime.checkpoint.builtin import build_checkpoint
+from gpu_runtime.engine.llm_engine import EngineConfig, LLMEngine, SamplingParams, SchedulerKnobs
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CONCURRENCY = (1, 8, 32)

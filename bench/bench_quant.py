@@ -25,9 +25,9 @@ from pathlib import Path
 
 import torch
 
-from gpu_runtime.checkpoint import PRESETS, build_checkpoint
+from gpu_runtime.checkpoint.builtin import PRESETS, build_checkpoint
 from gpu_runtime.config import EngineConfig, SamplingParams, SchedulerKnobs
-from gpu_runtime.engine import LLMEngine
+from gpu_runtime.engine.llm_engine import LLMEngine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CONCURRENCIES = (1, 32)

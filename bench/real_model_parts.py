@@ -22,9 +22,9 @@ from torch import nn
 from bench import llama_cpp_peer
 from bench.real_model_report import markdown
 from bench.real_model_streams import stream_throughput
-from gpu_runtime import cpu_blas
-from gpu_runtime.cpu_layout import use_decode_layout
-from gpu_runtime.engine import LLMEngine, SamplingParams
+from gpu_runtime.engine.llm_engine import LLMEngine, SamplingParams
+from gpu_runtime.model import cpu_blas
+from gpu_runtime.model.cpu_layout import use_decode_layout
 from gpu_runtime.quant.apply import weight_bytes
 from gpu_runtime.server.chat import ChatTemplate
 from gpu_runtime.server.protocol import ChatMessage
@@ -41,6 +41,7 @@ REPETITIVE_REQUEST = ("Repeat the following text exactly, word for word: The old
                       "and stormy channel. In the morning he wrote the names of the ships in a thick blue book, "
                       "made tea, and slept until the gulls woke him at noon.")
 FREE_REQUEST = "Tell me about your favourite season and why."
+PREFILL_TOKENS = (512, 2048)  # prompt lengths whose prefill both sides time in every round
 COPY_REPEATS = 3  # copies per bandwidth sample: one sample lasts about as long as a few decode steps
 
 
@@ -53,6 +54,7 @@ class Sides:
     llama_url: str | None
     weight_bytes: int
     before: Any = None  # the engine at bench.real_model_before.BEFORE_REV, same file and settings
+    llama_q8_url: str | None = None  # llama.cpp on the same file requantized to Q8_0 (against our int8)
 
 
 class Bandwidth:
@@ -117,7 +119,7 @@ def engine_decode_times(engine: Any, prompt: list[int], max_tokens: int) -> tupl
 
 @contextmanager
 def torch_gemv() -> Iterator[None]:
-    """Batch-1 products through torch's own kernel (MKL), as before gpu_runtime.cpu_blas, then restored."""
+    """Batch-1 products through torch's own kernel (MKL), as before gpu_runtime.model.cpu_blas, then restored."""
     previous = cpu_blas.set_enabled(False)
     try:
         yield
@@ -127,7 +129,7 @@ def torch_gemv() -> Iterator[None]:
 
 @contextmanager
 def row_major(model: nn.Module) -> Iterator[None]:
-    """The model with its Linear weights stored row-major, as before gpu_runtime.cpu_layout, then restored."""
+    """The model with its Linear weights stored row-major, as before gpu_runtime.model.cpu_layout, then restored."""
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, nn.Linear):
@@ -177,8 +179,36 @@ def llama_cpp_batch1(peer: llama_cpp_peer.LlamaCpp | None, path: str, threads: i
     if peer is None:
         yield None
         return
-    with llama_cpp_peer.server(peer, llama_cpp_f32(peer, path), threads, slots=1, context=1024) as url:
+    with llama_cpp_peer.server(peer, llama_cpp_f32(peer, path), threads, slots=1, context=PREFILL_TOKENS[-1] + 64
+                               ) as url:
         yield url
+
+
+@contextmanager
+def llama_cpp_q8(peer: llama_cpp_peer.LlamaCpp | None, path: str, threads: int) -> Iterator[str | None]:
+    """llama.cpp on the GGUF file requantized to Q8_0 (8.5 bits a weight): the peer of our int8 weights."""
+    if peer is None:
+        yield None
+        return
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "slotune" / "llama-cpp"
+    q8 = peer.quantize(llama_cpp_f32(peer, path), cache / "SmolLM2-135M-Instruct.Q8_0.gguf", "Q8_0")
+    with llama_cpp_peer.server(peer, q8, threads, slots=1, context=1024) as url:
+        yield url
+
+
+def prefill_prompt(num_tokens: int, salt: int) -> list[int]:
+    """A prompt of num_tokens ids that no earlier prompt shares a block with (no prefix-cache hit on either side)."""
+    return [1000 + (salt * 7919 + i * 31) % 40000 for i in range(num_tokens)]
+
+
+def engine_prefill_tokens_per_s(engine: LLMEngine, prompt: list[int]) -> float:
+    """Prompt tokens per second from add_request to the first token (one step when the prompt fits the budget)."""
+    start = time.perf_counter()
+    engine.add_request(f"prefill-{time.monotonic_ns()}", prompt,
+                       SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True))
+    while engine.has_unfinished_requests():
+        engine.step()
+    return len(prompt) / (time.perf_counter() - start)
 
 
 def llama_cpp_same_greedy(engine: LLMEngine, url: str, prompt: list[int], max_tokens: int = 32) -> dict[str, Any]:

@@ -9,6 +9,21 @@ def _gbs(value: float) -> str:
     return f"{value / 1e9:.1f} GB/s"
 
 
+def _prefill_lines(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    lines = ["", "## Prefill", "", "Prompt tokens/s of one fresh prompt (no prefix-cache hit), fp32, from the request "
+             "to the first token on the engine, llama.cpp's own `prompt_per_second` (F32); median of the rounds, "
+             "alternating.", "", "| prompt tokens | slotune runtime | llama.cpp server (F32) | ratio |",
+             "|---|---|---|---|"]
+    for row in rows:
+        peer, ratio = row["llama_cpp_tokens_per_s"], row["engine_over_llama_cpp"]
+        theirs = "not measured" if peer is None else f"{peer:.0f}"
+        lines.append(f"| {row['prompt_tokens']} | {row['engine_tokens_per_s']:.0f} | {theirs} | "
+                     f"{'' if ratio is None else f'**{ratio:.2f}x**'} |")
+    return lines
+
+
 def markdown(r: dict[str, Any]) -> str:
     m, model, bw, setup = r["machine"], r["model"], r["bandwidth"], r["setup"]
     lines = [
@@ -45,7 +60,8 @@ def markdown(r: dict[str, Any]) -> str:
         f"{verdict} the target of "
         f"{r['target_fraction_of_bound']:.0%}. Against transformers `generate`: "
         f"**{r['engine_speedup_over_hf_generate']:.2f}x**; against its own row-major weights (before "
-        f"gpu_runtime/cpu_layout.py), median of the rounds' paired ratios: {r['engine_speedup_over_row_major']:.2f}x "
+        f"gpu_runtime/model/cpu_layout.py), median of the rounds' paired ratios: "
+        f"{r['engine_speedup_over_row_major']:.2f}x "
         f"({', '.join(f'{v:.2f}' for v in r['engine_speedup_over_row_major_rounds'])}).",
     ]
     if "gemv" in r:
@@ -64,9 +80,10 @@ def markdown(r: dict[str, Any]) -> str:
         b, c = r["before"], r["cpu_time"]
         lines += [
             "",
-            f"Before and after the decode-step op cuts, side by side (the runtime at {b['revision']}, loaded into "
-            f"the same process, alternating with the current one in every round): {b['what']}. By wall time the "
-            f"engine is **{b['engine_speedup']:.2f}x** its earlier self (median of the rounds' paired ratios "
+            f"Before and after this revision's decode-step cuts, side by side (the runtime at {b['revision']}, "
+            f"loaded into the same process, alternating with the current one in every round): {b['what']}. "
+            f"By wall time the engine is **{b['engine_speedup']:.2f}x** its earlier self (median of the rounds' "
+            f"paired ratios "
             f"{', '.join(f'{v:.2f}' for v in b['engine_speedup_rounds'])}); before: "
             f"{b['fraction_of_bound']:.0%} of the bound.",
             "",
@@ -76,8 +93,8 @@ def markdown(r: dict[str, Any]) -> str:
             f"**{c['engine_fraction_of_bound']:.0%}** of the bound (rounds "
             f"{', '.join(f'{v:.0%}' for v in c['engine_fraction_of_bound_rounds'])}), before "
             f"{c['before_ms_per_token']:.1f} ms/token = {c['before_fraction_of_bound']:.0%}"
-            + (f", the engine on MKL {c['mkl_ms_per_token']:.1f} ms/token = {c['mkl_fraction_of_bound']:.0%}; op cuts "
-               f"alone (before / the engine on MKL, median of the paired ratios) {c['speedup_over_before']:.2f}x."
+            + (f", the engine on MKL {c['mkl_ms_per_token']:.1f} ms/token = {c['mkl_fraction_of_bound']:.0%}; the cuts "
+               f"alone (before / the engine, median of the paired ratios) {c['speedup_over_before']:.2f}x."
                if "mkl_ms_per_token" in c else f"; after / before {c['speedup_over_before']:.2f}x."),
         ]
     peer = r["llama_cpp"]
@@ -120,7 +137,11 @@ def markdown(r: dict[str, Any]) -> str:
               f"Batch-1 decode: **{q['speedup_over_fp32']:.2f}x** the fp32 engine's tokens/s. Quality against fp32, "
               f"greedy, the quality gate's {q['probes']} probe conversations, {q['quality_tokens']} tokens each: "
               f"token agreement **{q['token_agreement']:.0%}**, {q['identical_answers']} of {q['probes']} answers "
-              f"identical, first divergence after {q['mean_tokens_to_first_divergence']:.1f} tokens on average.",
+              f"identical, first divergence after {q['mean_tokens_to_first_divergence']:.1f} tokens on average."
+              + ("" if q.get("speedup_over_llama_cpp_q8") is None else
+                 f" Against llama.cpp's server on the same weights in Q8_0 (its 8-bit format): "
+                 f"**{q['speedup_over_llama_cpp_q8']:.2f}x** (above 1 = the engine is faster)."),
+              *_prefill_lines(r.get("prefill", [])),
               "", "Other processes shared the machine during the run (see the load averages): absolute times are "
               "inflated; the ratios, measured side by side in alternating rounds, are the result.", ""]
     return "\n".join(lines)

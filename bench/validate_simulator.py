@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from gpu_runtime.checkpoint import build_checkpoint
+from gpu_runtime.checkpoint.builtin import build_checkpoint
 from slotune.backends.processes import LaunchSpec, RuntimeProcess
 from slotune.knobs import RuntimeConfig
 from slotune.loadgen.record import RequestRecord

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from gpu_runtime.config import KV_CACHE_DTYPES, QUANTIZATIONS
-from gpu_runtime.metrics import ExtraEdges
+from gpu_runtime.server.metrics import ExtraEdges
 from gpu_runtime.speculative.config import SpeculativeSettings, parse_speculative_config
 
 ADMIN_TOKEN_ENV = "SLOTUNE_ADMIN_TOKEN"

@@ -20,15 +20,15 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException
 
-from gpu_runtime.metrics import ConfigInfo, ExtraEdges, RuntimeMetrics
 from gpu_runtime.server.admin import AdminState, build_admin_router
 from gpu_runtime.server.async_engine import AsyncEngine
 from gpu_runtime.server.chat import ChatTemplate
+from gpu_runtime.server.metrics import ConfigInfo, ExtraEdges, RuntimeMetrics
 from gpu_runtime.server.openai_api import OpenAIHandlers, ServedModel, build_openai_router
 from gpu_runtime.server.protocol import APIError, ErrorBody, ErrorResponse
 
 if TYPE_CHECKING:
-    from gpu_runtime.engine import LLMEngine
+    from gpu_runtime.engine.llm_engine import LLMEngine
 
 log = logging.getLogger(__name__)
 

@@ -21,11 +21,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from gpu_runtime.metrics import RuntimeMetrics
+from gpu_runtime.server.metrics import RuntimeMetrics
 from gpu_runtime.server.protocol import APIError
 
 if TYPE_CHECKING:
-    from gpu_runtime.engine import EngineStats, LLMEngine, RequestOutput, SamplingParams
+    from gpu_runtime.engine.llm_engine import EngineStats, LLMEngine, RequestOutput, SamplingParams
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -25,7 +25,7 @@ from jinja2 import nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from gpu_runtime.server.protocol import APIError, ChatMessage
-from gpu_runtime.tokenizer_files import read_tokenizer_settings
+from gpu_runtime.tokenizer.files import read_tokenizer_settings
 
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "  # transformers' own marker
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 
-from gpu_runtime.logprobs import TokenLogprob
+from gpu_runtime.engine.logprobs import TokenLogprob
 from gpu_runtime.server.protocol import ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, TopLogprob
-from gpu_runtime.tokenizer import Tokenizer
+from gpu_runtime.tokenizer.tokenizer import Tokenizer
 
 _FLOOR = -9999.0
 

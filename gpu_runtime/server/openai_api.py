@@ -17,7 +17,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from gpu_runtime.config import SamplingParams
-from gpu_runtime.logprobs import TokenLogprob
+from gpu_runtime.engine.logprobs import TokenLogprob
 from gpu_runtime.server.async_engine import AsyncEngine, EngineDeadError, RequestStream
 from gpu_runtime.server.chat import ChatTemplate
 from gpu_runtime.server.logprobs_format import LogprobFormatter

@@ -12,9 +12,9 @@ from pathlib import Path
 import torch
 import uvicorn
 
+from gpu_runtime.checkpoint.source import resolve_model
 from gpu_runtime.config import EngineConfig, SchedulerKnobs
-from gpu_runtime.engine import LLMEngine
-from gpu_runtime.model_source import resolve_model
+from gpu_runtime.engine.llm_engine import LLMEngine
 from gpu_runtime.server.app import ServerSettings, build_app
 
 log = logging.getLogger(__name__)

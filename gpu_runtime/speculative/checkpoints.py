@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from gpu_runtime.model_files import safetensors_files
+from gpu_runtime.checkpoint.files import safetensors_files
 
 _TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",

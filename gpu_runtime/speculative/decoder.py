@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import torch
 
 from gpu_runtime.config import SamplingParams
-from gpu_runtime.scheduler import SchedulerOutput
-from gpu_runtime.sequence import Sequence
+from gpu_runtime.engine.scheduler import SchedulerOutput
+from gpu_runtime.engine.sequence import Sequence
 from gpu_runtime.speculative.config import SpecMethod, SpeculativeSettings
 from gpu_runtime.speculative.draft import DraftModelProposer, ProbsFn
 from gpu_runtime.speculative.ngram import NgramProposer

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 
+from gpu_runtime.checkpoint.files import read_model_config
 from gpu_runtime.config import ModelConfig, SamplingParams
-from gpu_runtime.model_files import read_model_config
-from gpu_runtime.model_runner import ModelRunner, SequenceInput
-from gpu_runtime.sequence import Sequence
+from gpu_runtime.engine.model_runner import ModelRunner, SequenceInput
+from gpu_runtime.engine.sequence import Sequence
 
 ProbsFn = Callable[[torch.Tensor, list[SamplingParams]], torch.Tensor]
 

@@ -10,7 +10,7 @@ import pytest
 @pytest.fixture
 def model_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The tiny checkpoint builtin://tiny resolves to, built once up front where the runtimes look for it."""
-    from gpu_runtime.checkpoint import build_checkpoint
+    from gpu_runtime.checkpoint.builtin import build_checkpoint
 
     cache = tmp_path_factory.mktemp("models")
     build_checkpoint(cache / "tiny", preset="tiny")

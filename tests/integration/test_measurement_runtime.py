@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpu_runtime.checkpoint import build_checkpoint
+from gpu_runtime.checkpoint.builtin import build_checkpoint
 from slotune.loadgen.runner import CALIBRATION_REQUESTS, RunPlan, RunResult, run_workload
 from slotune.loadgen.stats import client_snapshot, request_latencies_ms, summarize
 from slotune.local.measurement import LocalMeasurement

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_runtime.checkpoint import build_checkpoint
+from gpu_runtime.checkpoint.builtin import build_checkpoint
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu_runtime.checkpoint import PRESETS, build_checkpoint
+from gpu_runtime.checkpoint.builtin import PRESETS, build_checkpoint
 from gpu_runtime.config import ModelConfig
-from gpu_runtime.tokenizer import IncrementalDetokenizer, Tokenizer
+from gpu_runtime.tokenizer.tokenizer import IncrementalDetokenizer, Tokenizer
 
 
 def _digests(path: Path) -> dict[str, str]:

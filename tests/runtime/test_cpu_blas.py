@@ -1,4 +1,4 @@
-"""fp32 CPU linear layers through numpy's OpenBLAS (gpu_runtime.cpu_blas): the path is taken here (pinned to one
+"""fp32 CPU linear layers through numpy's OpenBLAS (gpu_runtime.model.cpu_blas): the path is taken here (pinned to one
 OpenBLAS thread), equals F.linear to fp32 rounding for one row (GEMV) and many (GEMM), leaves every other case to
 F.linear bit for bit, and the engine's greedy output and logits are those of torch's kernel."""
 
@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gpu_runtime import cpu_blas
-from gpu_runtime.cpu_blas import BlasLinear
-from gpu_runtime.cpu_layout import use_decode_layout
-from gpu_runtime.engine import EngineConfig, LLMEngine, SamplingParams, SchedulerKnobs
+from gpu_runtime.engine.llm_engine import EngineConfig, LLMEngine, SamplingParams, SchedulerKnobs
+from gpu_runtime.model import cpu_blas
+from gpu_runtime.model.cpu_blas import BlasLinear
+from gpu_runtime.model.cpu_layout import use_decode_layout
 
 PROMPTS = [[5, 17, 42, 8, 99, 3], [200, 7, 7, 7, 31], list(range(40, 72))]
 

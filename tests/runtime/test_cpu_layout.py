@@ -1,5 +1,5 @@
-"""fp32 CPU weights stored column-major (gpu_runtime.cpu_layout) change only the storage: the engine's greedy output
-and logits equal those of the row-major layout, ties hold, reloads and int8 quantization see the same values."""
+"""fp32 CPU weights stored column-major (gpu_runtime.model.cpu_layout) change only the storage: the engine's greedy
+output and logits equal those of the row-major layout, ties hold, reloads and int8 quantization see the same values."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from gpu_runtime.cpu_layout import use_decode_layout
-from gpu_runtime.engine import EngineConfig, LLMEngine, SamplingParams, SchedulerKnobs
-from gpu_runtime.loader import load_model
+from gpu_runtime.engine.llm_engine import EngineConfig, LLMEngine, SamplingParams, SchedulerKnobs
+from gpu_runtime.model.cpu_layout import use_decode_layout
+from gpu_runtime.model.loader import load_model
 from gpu_runtime.quant.int8 import quantize_int8_per_channel
 
 PROMPTS = [[5, 17, 42, 8, 99, 3], [200, 7, 7, 7, 31], list(range(40, 72))]

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_runtime.checkpoint import build_checkpoint
-from gpu_runtime.engine import EngineConfig, LLMEngine, SamplingParams
+from gpu_runtime.checkpoint.builtin import build_checkpoint
+from gpu_runtime.engine.llm_engine import EngineConfig, LLMEngine, SamplingParams
 from gpu_runtime.quant import QuantScheme
 
 pytestmark = pytest.mark.gpu
@@ -86,3 +86,17 @@ def test_cuda_fp8_weights_switch_live(tiny: Path, prompts: list[list[int]]) -> N
     assert report.scheme is QuantScheme.FP8 and engine.quantization == "fp8"
     assert report.weight_bytes_after <= MAX_WEIGHT_RATIO * report.weight_bytes_before
     assert _first_token_agreement(engine.generate(prompts, GREEDY), full) >= 0.75
+
+
+def test_cuda_batch1_decode_over_contiguous_blocks_matches_cpu(tiny: Path, prompts: list[list[int]]) -> None:
+    """One request at a time: its decode steps attend to a slice of the KV cache (the contiguous-block path, through
+    SDPA on CUDA), and the greedy tokens agree with the CPU's as in the batched test."""
+    from gpu_runtime.engine.model_runner import SequenceInput
+
+    cpu, cuda = _engine(tiny, "cpu"), _engine(tiny, "cuda")
+    group = cuda.runner._groups([SequenceInput([1], 20, list(range(4)), 1)])[0]
+    assert group.key_slot == 0 and group.num_keys == 21
+    alone_cpu = [cpu.generate([p], GREEDY)[0] for p in prompts[:6]]
+    alone_cuda = [cuda.generate([p], GREEDY)[0] for p in prompts[:6]]
+    assert _first_token_agreement(alone_cpu, alone_cuda) == 1.0
+    assert sum(c == g for c, g in zip(alone_cpu, alone_cuda, strict=True)) >= 5

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_runtime.engine import EngineConfig, LLMEngine, RequestOutput, SamplingParams, SchedulerKnobs
-from gpu_runtime.sampling import Sampler
+from gpu_runtime.engine.llm_engine import EngineConfig, LLMEngine, RequestOutput, SamplingParams, SchedulerKnobs
+from gpu_runtime.engine.sampling import Sampler
 
 GREEDY = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)
 NUM_REQUESTS = 16
@@ -27,7 +27,7 @@ def _engine(path: Path, kv_bytes: int = 8 << 20, block_size: int = 16, **knobs: 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from gpu_runtime.checkpoint import build_checkpoint
+    from gpu_runtime.checkpoint.builtin import build_checkpoint
 
     return build_checkpoint(tmp_path_factory.mktemp("engine_tiny"), preset="tiny")
 

@@ -13,13 +13,13 @@ import torch
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFWriter
 
-from gpu_runtime.gguf_model.reader import open_gguf
-from gpu_runtime.gguf_model.weights import dequantized, unpermute_rope_rows
-from gpu_runtime.model_files import read_model_config
-from gpu_runtime.model_runner import ModelRunner, SequenceInput
+from gpu_runtime.checkpoint.files import read_model_config
+from gpu_runtime.checkpoint.gguf.reader import open_gguf
+from gpu_runtime.checkpoint.gguf.weights import dequantized, unpermute_rope_rows
+from gpu_runtime.engine.model_runner import ModelRunner, SequenceInput
 from gpu_runtime.server.chat import ChatTemplate
 from gpu_runtime.server.protocol import ChatMessage
-from gpu_runtime.tokenizer import Tokenizer
+from gpu_runtime.tokenizer.tokenizer import Tokenizer
 from tests.runtime.gguf_builder import add_tensor, llama_cpp_permute, without_rope_scaling, write_gguf
 
 # Largest |dequantized - original| for N(0, 1) values: what each format's rounding allows.

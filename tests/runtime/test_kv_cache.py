@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpu_runtime.kv_cache import BlockManager, chain_hashes
+from gpu_runtime.engine.block_manager import BlockManager, chain_hashes
 
 BS = 4
 

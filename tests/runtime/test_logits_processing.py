@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_runtime.checkpoint import build_checkpoint
-from gpu_runtime.engine import EngineConfig, LLMEngine, SamplingParams, SchedulerKnobs
+from gpu_runtime.checkpoint.builtin import build_checkpoint
+from gpu_runtime.engine.llm_engine import EngineConfig, LLMEngine, SamplingParams, SchedulerKnobs
 from gpu_runtime.speculative.checkpoints import build_successor_model, cycle_successor
 from gpu_runtime.speculative.config import SpecMethod, SpeculativeSettings
 

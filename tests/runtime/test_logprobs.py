@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_runtime.engine import EngineConfig, LLMEngine, RequestOutput, SamplingParams, SchedulerKnobs
-from gpu_runtime.logprobs import TokenLogprob
-from gpu_runtime.model_runner import ModelRunner, SequenceInput
+from gpu_runtime.engine.llm_engine import EngineConfig, LLMEngine, RequestOutput, SamplingParams, SchedulerKnobs
+from gpu_runtime.engine.logprobs import TokenLogprob
+from gpu_runtime.engine.model_runner import ModelRunner, SequenceInput
 from gpu_runtime.speculative.checkpoints import build_successor_model, cycle_successor
 from gpu_runtime.speculative.config import SpecMethod, SpeculativeSettings
 

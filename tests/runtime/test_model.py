@@ -13,9 +13,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from gpu_runtime.attention import batched_attention_bmm, batched_attention_sdpa
-from gpu_runtime.engine import EngineConfig, LLMEngine, SamplingParams
-from gpu_runtime.model_runner import ModelRunner, SequenceInput
+from gpu_runtime.engine.llm_engine import EngineConfig, LLMEngine, SamplingParams
+from gpu_runtime.engine.model_runner import ModelRunner, SequenceInput
+from gpu_runtime.model.attention import batched_attention_bmm, batched_attention_sdpa
 
 ATOL = 1e-4
 BLOCK_SIZE = 4
@@ -116,3 +116,18 @@ def test_batched_attention_paths_agree(num_queries: int) -> None:
     bmm = batched_attention_bmm(q, keys, values, bias)
     sdpa = batched_attention_sdpa(q, keys, values, bias)
     assert (bmm - sdpa).abs().max().item() <= 1e-5
+
+
+def test_batch1_decode_over_contiguous_blocks_equals_the_gathered_path(nano_llama: Path) -> None:
+    """Batch-1 decode over consecutive block ids attends to a slice of the cache (no gather); over scattered ids it
+    gathers. The same prompt in both layouts gives the same logits bit for bit."""
+    runner = _runner(nano_llama)
+    prompt = _prompt(5, 40, runner.config.vocab_size)
+    contiguous, scattered = list(range(10)), [31, 17, 25, 12, 40, 13, 29, 18, 44, 21]  # 40 tokens, 4 a block
+    assert runner._groups([SequenceInput(prompt[-1:], 39, contiguous, 1)])[0].key_slot == 0
+    assert runner._groups([SequenceInput(prompt[-1:], 39, scattered, 1)])[0].key_slot == -1
+    logits = []
+    for blocks in (contiguous, scattered):
+        runner.execute([SequenceInput(prompt[:39], 0, blocks, 0)])
+        logits.append(runner.execute([SequenceInput(prompt[39:], 39, blocks, 1)])[0])
+    assert torch.equal(logits[0], logits[1])

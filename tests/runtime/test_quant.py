@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from gpu_runtime.checkpoint import build_checkpoint
+from gpu_runtime.checkpoint.builtin import build_checkpoint
 from gpu_runtime.quant import (
     Fp8Linear,
     Fp8UnsupportedError,

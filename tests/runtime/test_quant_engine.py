@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_runtime.checkpoint import build_checkpoint
-from gpu_runtime.engine import EngineConfig, LLMEngine, SamplingParams
+from gpu_runtime.checkpoint.builtin import build_checkpoint
+from gpu_runtime.engine.llm_engine import EngineConfig, LLMEngine, SamplingParams
 from gpu_runtime.quant import Fp8UnsupportedError, Int8Linear, QuantScheme
 
 GREEDY = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)

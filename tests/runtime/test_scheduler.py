@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 from gpu_runtime.config import SamplingParams, SchedulerKnobs
-from gpu_runtime.kv_cache import BlockManager
-from gpu_runtime.scheduler import Scheduler, SchedulerOutput
-from gpu_runtime.sequence import Sequence, SequenceStatus
+from gpu_runtime.engine.block_manager import BlockManager
+from gpu_runtime.engine.scheduler import Scheduler, SchedulerOutput
+from gpu_runtime.engine.sequence import Sequence, SequenceStatus
 
 BS = 4
 
@@ -125,5 +125,6 @@ def test_remove_frees_blocks() -> None:
 
 
 def test_scheduler_and_block_manager_do_not_import_torch() -> None:
-    code = "import sys, gpu_runtime.scheduler, gpu_runtime.kv_cache; sys.exit('torch' in sys.modules)"
+    code = ("import sys, gpu_runtime.engine.scheduler, gpu_runtime.engine.block_manager; "
+            "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], check=False, timeout=60).returncode == 0

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpu_runtime.checkpoint import build_checkpoint
-from gpu_runtime.engine import EngineConfig, LLMEngine, SamplingParams
-from gpu_runtime.metrics import RuntimeMetrics
+from gpu_runtime.checkpoint.builtin import build_checkpoint
+from gpu_runtime.engine.llm_engine import EngineConfig, LLMEngine, SamplingParams
+from gpu_runtime.server.metrics import RuntimeMetrics
 from gpu_runtime.speculative.config import SpecMethod, SpeculativeSettings
 
 

@@ -4,9 +4,9 @@ budget cuts them, and after verification the sequence's computed tokens and bloc
 from __future__ import annotations
 
 from gpu_runtime.config import SamplingParams, SchedulerKnobs
-from gpu_runtime.kv_cache import BlockManager
-from gpu_runtime.scheduler import Scheduler
-from gpu_runtime.sequence import Sequence
+from gpu_runtime.engine.block_manager import BlockManager
+from gpu_runtime.engine.scheduler import Scheduler
+from gpu_runtime.engine.sequence import Sequence
 
 BS = 4
 
@@ -78,4 +78,4 @@ def test_the_speculative_package_owns_no_kv_blocks() -> None:
     for path in Path(speculative.__file__).parent.glob("*.py"):
         imported = {node.module for node in ast.walk(ast.parse(path.read_text()))
                     if isinstance(node, ast.ImportFrom)}
-        assert "gpu_runtime.kv_cache" not in imported, path.name
+        assert "gpu_runtime.engine.block_manager" not in imported, path.name

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_runtime.engine import EngineConfig, LLMEngine, SamplingParams, SchedulerKnobs
-from gpu_runtime.step_trace import STEP_TRACE_ENV
+from gpu_runtime.engine.llm_engine import EngineConfig, LLMEngine, SamplingParams, SchedulerKnobs
+from gpu_runtime.engine.step_trace import STEP_TRACE_ENV
 
 
 def _engine(path: Path) -> LLMEngine:

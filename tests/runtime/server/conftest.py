@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_runtime.checkpoint import build_checkpoint
+from gpu_runtime.checkpoint.builtin import build_checkpoint
 from tests.harness.runtime import RuntimeServer
 
 MODEL_NAME = "tiny"

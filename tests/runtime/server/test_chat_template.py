@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from transformers.utils.chat_template_utils import render_jinja_template
 
-from gpu_runtime.checkpoint import CHAT_TEMPLATE
-from gpu_runtime.model_source import resolve_model
+from gpu_runtime.checkpoint.builtin import CHAT_TEMPLATE
+from gpu_runtime.checkpoint.source import resolve_model
 from gpu_runtime.server.chat import ChatTemplate
 from gpu_runtime.server.protocol import APIError, ChatMessage
 

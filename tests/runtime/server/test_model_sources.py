@@ -12,14 +12,14 @@ import jinja2
 import openai
 import pytest
 
-from gpu_runtime.tokenizer import Tokenizer
+from gpu_runtime.tokenizer.tokenizer import Tokenizer
 from tests.harness.runtime import RuntimeServer
 from tests.runtime.gguf_builder import without_rope_scaling, write_gguf
 
 
 @pytest.fixture(scope="module")
 def nano_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from gpu_runtime.checkpoint import build_checkpoint
+    from gpu_runtime.checkpoint.builtin import build_checkpoint
 
     plain = without_rope_scaling(build_checkpoint(tmp_path_factory.mktemp("nano") / "c", preset="nano"),
                                  tmp_path_factory.mktemp("plain") / "c")

@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gpu_runtime.checkpoint import build_checkpoint
+from gpu_runtime.checkpoint.builtin import build_checkpoint
 from gpu_runtime.config import EngineConfig
-from gpu_runtime.engine import LLMEngine
+from gpu_runtime.engine.llm_engine import LLMEngine
 from gpu_runtime.server.app import ServerSettings, build_app
 
 

@@ -13,8 +13,8 @@ import openai
 import pytest
 import torch
 
-from gpu_runtime.engine import EngineConfig, LLMEngine, SamplingParams
-from gpu_runtime.model_runner import ModelRunner, SequenceInput
+from gpu_runtime.engine.llm_engine import EngineConfig, LLMEngine, SamplingParams
+from gpu_runtime.engine.model_runner import ModelRunner, SequenceInput
 from tests.harness.runtime import RuntimeServer
 from tests.runtime.server.conftest import MODEL_NAME
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import httpx
 import openai
 
-from gpu_runtime.metrics import ITL_BUCKETS_S, TTFT_BUCKETS_S
+from gpu_runtime.server.metrics import ITL_BUCKETS_S, TTFT_BUCKETS_S
 from tests.harness.runtime import RuntimeServer
 from tests.runtime.server.conftest import MODEL_NAME
 

@@ -5,9 +5,15 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpu_runtime.engine import EngineStats, RequestOutput
-from gpu_runtime.metrics import REQLAT_BUCKETS_S, TTFT_BUCKETS_S, ConfigInfo, RuntimeMetrics, one_two_five_buckets
-from gpu_runtime.sequence import RequestTimes
+from gpu_runtime.engine.llm_engine import EngineStats, RequestOutput
+from gpu_runtime.engine.sequence import RequestTimes
+from gpu_runtime.server.metrics import (
+    REQLAT_BUCKETS_S,
+    TTFT_BUCKETS_S,
+    ConfigInfo,
+    RuntimeMetrics,
+    one_two_five_buckets,
+)
 
 
 def _samples(metrics: RuntimeMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -7,7 +7,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from gpu_runtime.checkpoint import CHAT_TEMPLATE
+from gpu_runtime.checkpoint.builtin import CHAT_TEMPLATE
 from gpu_runtime.server.chat import ChatTemplate
 from gpu_runtime.server.protocol import APIError, ChatCompletionRequest, ChatMessage, CompletionRequest
 from gpu_runtime.server.streaming import DONE_EVENT, ChunkEncoder, StreamKind

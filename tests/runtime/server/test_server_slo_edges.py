@@ -17,7 +17,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpu_runtime.metrics import ITL_BUCKETS_S, REQLAT_BUCKETS_S, TTFT_BUCKETS_S
+from gpu_runtime.server.metrics import ITL_BUCKETS_S, REQLAT_BUCKETS_S, TTFT_BUCKETS_S
 from slotune.api import parse_tunedmodel
 from slotune.manifests.resources import slo_bucket_edges
 from tests.harness.runtime import RuntimeServer

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_runtime.metrics import ConfigInfo
+from gpu_runtime.server.metrics import ConfigInfo
 from slotune.knobs import Engine
 from slotune.metrics.names import counter_sample, names_for
 

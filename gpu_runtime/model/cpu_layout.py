@@ -9,7 +9,7 @@ weights, outside the caches): 4.4-5.4 GB/s row-major, 6.6-7.3 GB/s column-major,
 engine both ways.
 
 Products over these weights run through numpy's OpenBLAS where it is available, faster than MKL here
-(gpu_runtime.cpu_blas.BlasLinear: each converted nn.Linear gets that class, a subclass with the same parameters).
+(gpu_runtime.model.cpu_blas.BlasLinear: each converted nn.Linear gets that class, a subclass with the same parameters).
 
 Only the storage changes: every parameter keeps its [out, in] shape and values, so loading (`copy_` into narrowed
 views), quantization, tied embeddings (one Parameter) and the CUDA path see the same model. bf16 weights keep the
@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from gpu_runtime.cpu_blas import BlasLinear
+from gpu_runtime.model.cpu_blas import BlasLinear
 
 
 def wants_column_major(weight: torch.Tensor) -> bool:

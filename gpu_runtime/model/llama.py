@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gpu_runtime.attention import AttentionMetadata, RopeTables, apply_rope, paged_attention
 from gpu_runtime.config import ModelConfig
+from gpu_runtime.model.attention import AttentionMetadata, RopeTables, apply_rope, paged_attention
 
 
 class RMSNorm(nn.Module):

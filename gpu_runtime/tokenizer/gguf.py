@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
-from gpu_runtime.gguf_model.reader import GGUFFile
-from gpu_runtime.tokenizer_files import TokenizerSettings
+from gpu_runtime.checkpoint.gguf.reader import GGUFFile
+from gpu_runtime.tokenizer.settings import TokenizerSettings
 
 _CONTROL, _USER_DEFINED = 3, 4  # llama.cpp token types
 _LLAMA3_SPLIT = (

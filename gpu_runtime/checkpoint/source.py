@@ -13,7 +13,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from gpu_runtime.model_files import check_model_path
+from gpu_runtime.checkpoint.files import check_model_path
 
 BUILTIN_SCHEME = "builtin://"
 PACKAGE_SCHEME = "pkg://"
@@ -47,7 +47,7 @@ def package_resource(source: str) -> Path:
 def resolve_model(source: str) -> str:
     """A local checkpoint directory or GGUF file for `source`, building builtin presets on first use."""
     if source.startswith(BUILTIN_SCHEME):
-        from gpu_runtime.checkpoint import build_checkpoint
+        from gpu_runtime.checkpoint.builtin import build_checkpoint
 
         preset = source.removeprefix(BUILTIN_SCHEME)
         return str(build_checkpoint(model_cache_dir() / preset, preset=preset))

@@ -8,9 +8,9 @@ which this runtime applies as llama.cpp does: each inverse frequency divided by 
 
 from __future__ import annotations
 
+from gpu_runtime.checkpoint.gguf.reader import GGUFFile
+from gpu_runtime.checkpoint.gguf.weights import ROPE_FREQS, dequantized
 from gpu_runtime.config import ModelConfig
-from gpu_runtime.gguf_model.reader import GGUFFile
-from gpu_runtime.gguf_model.weights import ROPE_FREQS, dequantized
 
 # GGUF architecture -> the Hugging Face architecture this runtime implements for it.
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}

@@ -16,7 +16,7 @@ from gpu_runtime.config import ModelConfig
 
 
 def is_gguf(path: Path) -> bool:
-    from gpu_runtime.gguf_model.reader import is_gguf_file
+    from gpu_runtime.checkpoint.gguf.reader import is_gguf_file
 
     return is_gguf_file(Path(path))
 
@@ -43,8 +43,8 @@ def read_model_config(path: Path) -> ModelConfig:
             return ModelConfig.from_dir(path)
         except (KeyError, TypeError) as error:  # a field missing or of the wrong type
             raise ValueError(f"{path / 'config.json'} is not a usable model config: missing or bad {error}") from error
-    from gpu_runtime.gguf_model.config import model_config
-    from gpu_runtime.gguf_model.reader import open_gguf
+    from gpu_runtime.checkpoint.gguf.config import model_config
+    from gpu_runtime.checkpoint.gguf.reader import open_gguf
 
     return model_config(open_gguf(path))
 
@@ -76,7 +76,7 @@ def checkpoint_tensors(path: Path, cfg: ModelConfig) -> Iterator[tuple[str, torc
             except SafetensorError as error:  # truncated or not safetensors at all
                 raise ValueError(f"{file} is not a readable safetensors file: {error}") from error
         return
-    from gpu_runtime.gguf_model.reader import open_gguf
-    from gpu_runtime.gguf_model.weights import hf_tensors
+    from gpu_runtime.checkpoint.gguf.reader import open_gguf
+    from gpu_runtime.checkpoint.gguf.weights import hf_tensors
 
     yield from hf_tensors(open_gguf(path), cfg.num_heads, cfg.num_kv_heads)

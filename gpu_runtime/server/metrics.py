@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from gpu_runtime.engine import EngineStats, RequestOutput
+    from gpu_runtime.engine.llm_engine import EngineStats, RequestOutput
 
 # Bucket boundaries in seconds, copied from vLLM V1 (docs/facts.md#metrics).
 TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpu_runtime.tokenizer_files import read_tokenizer
+from gpu_runtime.tokenizer.files import read_tokenizer
 
 
 class Tokenizer:

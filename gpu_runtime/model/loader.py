@@ -12,10 +12,10 @@ from pathlib import Path
 
 import torch
 
+from gpu_runtime.checkpoint.files import checkpoint_tensors, read_model_config
 from gpu_runtime.config import ModelConfig
-from gpu_runtime.cpu_layout import use_decode_layout
-from gpu_runtime.model import LlamaModel
-from gpu_runtime.model_files import checkpoint_tensors, read_model_config
+from gpu_runtime.model.cpu_layout import use_decode_layout
+from gpu_runtime.model.llama import LlamaModel
 
 _FUSED = {
     "self_attn.q_proj": ("self_attn.qkv_proj", 0),

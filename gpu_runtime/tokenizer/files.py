@@ -9,20 +9,14 @@ transformers. A template may also be a list of named templates, of which "defaul
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
 
-from gpu_runtime.model_files import check_model_path
-
-
-@dataclass(frozen=True)
-class TokenizerSettings:
-    bos_token: str | None = None
-    eos_token: str | None = None
-    chat_template: str | None = None
-    add_bos_token: bool = False
+from gpu_runtime.checkpoint.files import check_model_path
+from gpu_runtime.checkpoint.gguf.reader import open_gguf
+from gpu_runtime.tokenizer.gguf import backend, tokenizer_settings
+from gpu_runtime.tokenizer.settings import TokenizerSettings
 
 
 def _token_content(value: object) -> str | None:
@@ -58,9 +52,6 @@ def read_tokenizer(path: Path) -> tuple[HFTokenizer, TokenizerSettings]:
         if not tokenizer_json.is_file():
             raise ValueError(f"model directory {path} has no tokenizer.json")
         return HFTokenizer.from_file(str(tokenizer_json)), directory_settings(path)
-    from gpu_runtime.gguf_model.reader import open_gguf
-    from gpu_runtime.gguf_model.tokenizer import backend, tokenizer_settings
-
     file = open_gguf(path)
     return backend(file), tokenizer_settings(file)
 
@@ -70,7 +61,4 @@ def read_tokenizer_settings(path: Path) -> TokenizerSettings:
     path = Path(path)
     if path.is_dir():
         return directory_settings(path)
-    from gpu_runtime.gguf_model.reader import open_gguf
-    from gpu_runtime.gguf_model.tokenizer import tokenizer_settings
-
     return tokenizer_settings(open_gguf(path))

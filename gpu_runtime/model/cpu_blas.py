@@ -9,9 +9,9 @@ OpenBLAS was ahead at every row count measured over SmolLM2's shapes (thread CPU
 load average ~6): 1 row 23.8 vs 30.2 ms, 8 rows 60 vs 78, 64 rows 204 vs 268, 256 rows (a prefill chunk) 711 vs
 859. MKL dispatches by CPU vendor; on Intel cores the gap may be nil, and the benchmark reports it per machine.
 
-The product reads the weight's [in, out] storage (gpu_runtime.cpu_layout) as a numpy view, no copy: x @ W^T with W^T
-row-major is `sgemv` (one row) or `sgemm` over the same bytes. Results differ from MKL's only in summation order
-(fp32 rounding).
+The product reads the weight's [in, out] storage (gpu_runtime.model.cpu_layout) as a numpy view, no copy: x @ W^T
+with W^T row-major is `sgemv` (one row) or `sgemm` over the same bytes. Results differ from MKL's only in summation
+order (fp32 rounding).
 
 Used only where it is safe and measured: a CPU fp32 input, a column-major weight, no autograd, and one torch thread
 (the runtime's default, one per process; with more, torch's threaded kernel runs). OpenBLAS is pinned to one thread
@@ -94,16 +94,36 @@ def _openblas() -> ctypes.CDLL | None:
 
 class BlasLinear(nn.Linear):
     """nn.Linear whose CPU fp32 products run through numpy's OpenBLAS (see the module docstring). Same parameters,
-    state dict and isinstance as nn.Linear: gpu_runtime.cpu_layout swaps the class in place."""
+    state dict and isinstance as nn.Linear: gpu_runtime.model.cpu_layout swaps the class in place.
+
+    The numpy view of the weight is made once and kept while the weight's storage stays the same (a reload copies
+    into it): a decode step makes ~120 of these products, and rebuilding the view and re-checking the weight per call
+    cost ~10 us each, a twentieth of the step.
+    """
+
+    _blas_weight: tuple[int, np.ndarray] | None = None  # (data_ptr of the [in, out] storage, its numpy view)
+
+    def _numpy_weight(self) -> np.ndarray | None:
+        weight = self.weight
+        cached = self._blas_weight
+        if cached is not None and cached[0] == weight.data_ptr():
+            return cached[1]
+        weight_t = weight.t()
+        if not (weight_t.is_contiguous() and weight_t.dtype == torch.float32 and weight_t.device.type == "cpu"):
+            self._blas_weight = None
+            return None
+        view = weight_t.detach().numpy()
+        self._blas_weight = (weight.data_ptr(), view)
+        return view
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weight_t = self.weight.t()
-        if (x.dtype == torch.float32 and x.device.type == "cpu" and x.numel() and weight_t.is_contiguous()
-                and weight_t.dtype == torch.float32 and not torch.is_grad_enabled()
+        if (x.dtype == torch.float32 and x.device.type == "cpu" and x.numel() and not torch.is_grad_enabled()
                 and torch.get_num_threads() == 1 and numpy_blas_ready()):
-            rows = x.detach().reshape(-1, self.in_features).contiguous().numpy()
-            vector = rows.shape[0] == 1  # one row: a GEMV (sgemv), the decode step's case
-            out = np.matmul(rows[0] if vector else rows, weight_t.detach().numpy())
-            y = torch.from_numpy(out).view(*x.shape[:-1], self.out_features)
-            return y if self.bias is None else y + self.bias
+            weight_t = self._numpy_weight()
+            if weight_t is not None:
+                rows = x.detach().reshape(-1, self.in_features).contiguous().numpy()
+                vector = rows.shape[0] == 1  # one row: a GEMV (sgemv), the decode step's case
+                out = np.matmul(rows[0] if vector else rows, weight_t)
+                y = torch.from_numpy(out).view(*x.shape[:-1], self.out_features)
+                return y if self.bias is None else y + self.bias
         return F.linear(x, self.weight, self.bias)

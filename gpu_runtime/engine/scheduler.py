@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpu_runtime.config import SchedulerKnobs
-from gpu_runtime.kv_cache import BlockManager
-from gpu_runtime.sequence import Sequence, SequenceStatus
+from gpu_runtime.engine.block_manager import BlockManager
+from gpu_runtime.engine.sequence import Sequence, SequenceStatus
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import TextIO
 
-from gpu_runtime.scheduler import SchedulerOutput
+from gpu_runtime.engine.scheduler import SchedulerOutput
 
 STEP_TRACE_ENV = "GPU_RUNTIME_STEP_TRACE"
 

@@ -1,4 +1,0 @@
-"""Serving a model from one GGUF file (llama.cpp's format): its shape, weights, tokenizer, special tokens and chat
-template all come from the file. `reader` opens it, `config` maps its metadata onto `ModelConfig`, `weights`
-dequantizes its tensors into `LlamaModel`, `tokenizer` rebuilds its byte-level BPE tokenizer.
-"""

@@ -150,7 +150,7 @@ BUSY_GAP_S = 0.001  # a step that starts within this of the previous one's end f
 
 
 def step_trace_measurements(lines: Sequence[str]) -> list[StepMeasurement]:
-    """Measurements from the runtime's step trace (JSON lines, see gpu_runtime.step_trace).
+    """Measurements from the runtime's step trace (JSON lines, see gpu_runtime.engine.step_trace).
 
     A step's time is taken from its start to the next step's start, so the engine loop's own work between steps
     (metrics, handing outputs to the HTTP side) counts, as it does for the tokens the client sees; the last step

@@ -40,15 +40,22 @@ class ModelDtype(StrEnum):
     BFLOAT16 = "bfloat16"
 
 
-# hf://org/name, pvc://claim/path, builtin://preset (checkpoints the runtime builds itself), pkg://package/file (weights
-# inside an installed Python package, read by the builtin runtime), file:///abs, /abs, ./rel.
+# The sources the runtimes and the local backend read (gpu_runtime/model_source.py, resources.engine_model):
+# hf://org/name (vLLM downloads it), pvc://claim/path (mounted under /models), builtin://preset (a checkpoint the runtime
+# builds itself), pkg://package/file (weights inside an installed Python package), file:///abs, /abs and ./rel (local
+# mode). A path is segments of safe characters: the source reaches the runtime as one argv element, never a shell, but
+# a source with spaces, quotes, `;` or `$(...)` is a mistake or an attack, never a path anyone meant; `.` and `..`
+# segments are refused so a pvc:// path stays inside its claim.
+_SEGMENT = r"\.?[A-Za-z0-9_+@=-][A-Za-z0-9._+@=-]*"
+_PATH = f"(/{_SEGMENT})+"
 SOURCE_PATTERN = (
-    r"^(hf://[A-Za-z0-9._-]+/[A-Za-z0-9._-]+|pvc://[a-z0-9]([a-z0-9.-]*[a-z0-9])?/.+|builtin://[a-z0-9-]+"
-    r"|pkg://[A-Za-z_][A-Za-z0-9_]*/.+|file:///.+|/.+|\./.+)$"
+    rf"^(hf://[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*|pvc://[a-z0-9]([a-z0-9.-]*[a-z0-9])?{_PATH}"
+    rf"|builtin://[a-z0-9-]+|pkg://[A-Za-z_][A-Za-z0-9_]*{_PATH}|file://{_PATH}|{_PATH}|\.{_PATH})$"
 )
 _SOURCE_HELP = (
-    "hf://org/name, pvc://claim/path, builtin://tiny (a checkpoint the runtime builds), pkg://package/file.gguf "
-    "(weights shipped in an installed Python package), file:///path, /path or ./path"
+    "one of hf://org/name, pvc://claim/path, builtin://tiny (a checkpoint the runtime builds), pkg://package/file.gguf "
+    "(weights shipped in an installed Python package), file:///path, /path (absolute) or ./path; path segments "
+    "use only letters, digits and . _ - + @ = (no spaces, quotes, ; or $, no . or .. segments)"
 )
 
 

@@ -41,11 +41,11 @@ class ModelDtype(StrEnum):
 
 
 # The sources the runtimes and the local backend read (gpu_runtime/model_source.py, resources.engine_model):
-# hf://org/name (vLLM downloads it), pvc://claim/path (mounted under /models), builtin://preset (a checkpoint the runtime
-# builds itself), pkg://package/file (weights inside an installed Python package), file:///abs, /abs and ./rel (local
-# mode). A path is segments of safe characters: the source reaches the runtime as one argv element, never a shell, but
-# a source with spaces, quotes, `;` or `$(...)` is a mistake or an attack, never a path anyone meant; `.` and `..`
-# segments are refused so a pvc:// path stays inside its claim.
+# hf://org/name (vLLM downloads it), pvc://claim/path (mounted under /models), builtin://preset (a checkpoint the
+# runtime builds itself), pkg://package/file (weights inside an installed Python package), file:///abs, /abs and
+# ./rel (local mode). A path is segments of safe characters: the source reaches the runtime as one argv element,
+# never a shell, but a source with spaces, quotes, `;` or `$(...)` is a mistake or an attack, never a path anyone
+# meant; `.` and `..` segments are refused so a pvc:// path stays inside its claim.
 _SEGMENT = r"\.?[A-Za-z0-9_+@=-][A-Za-z0-9._+@=-]*"
 _PATH = f"(/{_SEGMENT})+"
 SOURCE_PATTERN = (

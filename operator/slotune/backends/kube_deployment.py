@@ -45,6 +45,7 @@ from slotune.resources import (
     config_from_annotation,
     selector_labels,
 )
+from slotune.runtime_network_policy import build_network_policy, operator_namespace, parse_peers
 from slotune.settings import AdminTransport, OperatorSettings
 
 log = logging.getLogger(__name__)
@@ -158,6 +159,9 @@ class KubernetesBackend:
         manifest["metadata"].setdefault("annotations", {})[kube_fit.REQUESTED_ANNOTATION] = str(config.replicas)
         self._child("Deployment", lambda: self.api.apply(manifest))
         self._child("Service", lambda: self.api.apply(build_service(self.tm)))
+        if self.settings.network_policy_clients:  # deny by default: the admin port from the operator alone
+            self._child("NetworkPolicy", lambda: self.api.apply(build_network_policy(
+                self.tm, parse_peers(self.settings.network_policy_clients), operator_namespace())))
         if self.api.has_resource("monitoring.coreos.com/v1", "servicemonitors"):
             self._child("ServiceMonitor", lambda: self.api.apply(build_service_monitor(self.tm)))
         if (self.tm.metadata.generation or 1) > 1:  # a new generation's loop knows nothing of an old canary

@@ -39,7 +39,8 @@ UNCOUNTED = {
     ("secrets", "list"): "kube_cache's list", ("secrets", "watch"): "kube_cache's watch",
     ("secrets", "get"): "KubeAPI.read before kube_cache has synced", ("deployments", "delete"): "a canary's end",
     ("servicemonitors", "create"): "ServiceMonitors where the Prometheus Operator is installed",
-    ("servicemonitors", "patch"): "the same", ("kopfpeerings", "get"): "controller/peering.py and kopf peering",
+    ("servicemonitors", "patch"): "the same",
+    ("kopfpeerings", "get"): "controller/peering.py and kopf peering",
     ("kopfpeerings", "list"): "kopf peering", ("kopfpeerings", "watch"): "kopf peering",
     ("kopfpeerings", "patch"): "kopf peering's keep-alive",
 }

@@ -22,6 +22,7 @@ NAMESPACED: dict[tuple[str, str], tuple[str, ...]] = {
     ("", "secrets"): ("get", "list", "watch", "create"),
     ("", "pods"): ("list",),
     ("", "events"): ("create",),
+    ("networking.k8s.io", "networkpolicies"): ("create", "patch"),
 }
 PROXY = {("", "pods/proxy"): ("get", "create")}
 NAMESPACE_PEERING = {("kopf.dev", "kopfpeerings"): ("get", "list", "watch", "patch")}
@@ -98,6 +99,13 @@ def test_binding_gives_the_role_to_the_operator_service_account(helm_binary: Pat
                                       "name": role["metadata"]["name"]}
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
                                         "namespace": "ops"}]
+
+
+def test_no_network_policy_grant_without_the_policy(helm_binary: Path) -> None:
+    role = next(o for o in rbac(rendered(helm_binary, "--set", "networkPolicy.create=false"))
+                if o["kind"] == "ClusterRole")
+    assert grants(role["rules"]) == expected(NAMESPACED, CLUSTER_ONLY) - expected(
+        {("networking.k8s.io", "networkpolicies"): ("create", "patch")})
 
 
 def test_rbac_and_service_account_can_be_left_to_the_user(helm_binary: Path) -> None:

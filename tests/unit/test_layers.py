@@ -31,7 +31,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
     {"loop"},
     {"policy"},
     {"diagnosis", "verification", "slo_bound", "canary", "canary_pool", "canary_noise"},
-    {"perfmodel", "resources", "admission", "metrics", "loadgen", "quality"},
+    {"perfmodel", "resources", "runtime_network_policy", "admission", "metrics", "loadgen", "quality"},
     {"api"},
     {"knobs", "settings", "slo", "snapshot", "workload"},
 ))

@@ -85,6 +85,12 @@ Each rule names the code path that needs it; docs/security.md explains them. */}
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get", "list", "watch", "create"]
+# The runtime pods' NetworkPolicy (networkPolicy.create): server-side apply only.
+{{- if .Values.networkPolicy.create }}
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["create", "patch"]
+{{- end }}
 # Runtime pods: listed by label to read each one's live config and readiness.
 - apiGroups: [""]
   resources: ["pods"]

@@ -30,6 +30,7 @@ import httpx
 from slotune import admission
 from slotune.api import TunedModel
 from slotune.backends import kube_fit
+from slotune.backends.child_fields import tunedmodel_fields
 from slotune.backends.kube_api import KubeAPI, KubeError, object_path
 from slotune.backends.kube_canary import CanaryAssignment, CanaryStart, end_canary, end_stale_canary, start_canary
 from slotune.backends.kube_canary_pod import CANARY_POD_LABEL
@@ -64,7 +65,9 @@ class ChildRefused(Exception):
     reason = "ChildRefused"
 
     def __init__(self, kind: str, error: KubeError) -> None:
-        super().__init__(f"the API server refused the {kind}: {error}")
+        fields = tunedmodel_fields(str(error))  # what the author wrote, not the Deployment's path
+        source = f" (from the TunedModel's {', '.join(fields)})" if fields else ""
+        super().__init__(f"the API server refused the {kind}{source}: {error}")
         self.kind = kind
 
 

@@ -7,24 +7,20 @@ team-a with exactly those Roles, and every verb the Role grants is one a code pa
 from __future__ import annotations
 
 import json
-import subprocess
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.harness.kube import apply, condition, get, install_tunedmodel_crd, wait_for
 from tests.e2e.harness.operator import OperatorProcess
+from tests.e2e.harness.rbac import render, service_account_kubeconfig
 from tests.harness.ports import free_port
 from tests.integration.test_operator import tunedmodel
-from tests.integration.test_operator_rbac import service_account_kubeconfig
 
-ROOT = Path(__file__).resolve().parents[2]
 RELEASE = "rbac-ns"
 SUFFIX = uuid.uuid4().hex[:6]
 SYSTEM, TEAM_A, TEAM_B = f"slotune-ns-{SUFFIX}", f"team-a-{SUFFIX}", f"team-b-{SUFFIX}"
@@ -46,20 +42,12 @@ UNCOUNTED = {
 }
 
 
-def render(helm_binary: Path) -> list[dict]:
-    shown = [a for t in ("serviceaccount.yaml", "rbac.yaml") for a in ("--show-only", f"templates/{t}")]
-    out = subprocess.run([str(helm_binary), "template", RELEASE, str(ROOT / "charts" / "slotune"),
-                          "--namespace", SYSTEM, "--set", f"watchNamespaces={{{TEAM_A}}}", *shown],
-                         check=True, capture_output=True, text=True)
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
-
-
 @pytest.fixture
 def installed(kube, helm_binary) -> Iterator[tuple[str, list[dict]]]:
     install_tunedmodel_crd(kube)
     for namespace in (SYSTEM, TEAM_A, TEAM_B):
         kube.kubectl("create", "namespace", namespace)
-    objects = render(helm_binary)
+    objects = render(helm_binary, SYSTEM, RELEASE, "--set", f"watchNamespaces={{{TEAM_A}}}")
     for manifest in objects:
         apply(kube, manifest)
     (account,) = [o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"]
@@ -106,7 +94,7 @@ def granted(objects: list[dict]) -> set[tuple[str, str]]:
 
 def test_the_operator_serves_its_namespace_with_exactly_the_roles(kube, installed, tmp_path) -> None:
     account, objects = installed
-    kubeconfig = service_account_kubeconfig(kube, account, tmp_path / "operator.kubeconfig", SYSTEM)
+    kubeconfig = service_account_kubeconfig(kube, account, SYSTEM, tmp_path / "operator.kubeconfig")
     port = free_port()
     operator = OperatorProcess(kubeconfig, tmp_path / "operator", {
         "SLOTUNE_PROMETHEUS_URL": "", "SLOTUNE_WATCH_NAMESPACES": TEAM_A, "SLOTUNE_METRICS_PORT": str(port)})

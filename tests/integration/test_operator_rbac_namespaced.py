@@ -6,7 +6,6 @@ team-a with exactly those Roles, and every verb the Role grants is one a code pa
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -34,6 +33,10 @@ UNCOUNTED = {
     ("deployments", "list"): "backends/kube_cache.py's list", ("deployments", "watch"): "kube_cache's watch",
     ("secrets", "list"): "kube_cache's list", ("secrets", "watch"): "kube_cache's watch",
     ("secrets", "get"): "KubeAPI.read before kube_cache has synced", ("deployments", "delete"): "a canary's end",
+    # Paths this short run may not reach (kwok's pods are ready at the first look); the e2e suite, which runs the
+    # operator with the chart's RBAC (tests/e2e/harness/rbac.py), does reach them.
+    ("deployments", "get"): "KubeAPI.read before kube_cache has synced; the canary Deployment (kube_canary_pod)",
+    ("pods", "list"): "a rollout's look at pods not ready yet; the live-config read-back (hotReconfigure)",
     ("servicemonitors", "create"): "ServiceMonitors where the Prometheus Operator is installed",
     ("servicemonitors", "patch"): "the same",
     ("kopfpeerings", "get"): "controller/peering.py and kopf peering",
@@ -42,7 +45,7 @@ UNCOUNTED = {
 }
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def installed(kube, helm_binary) -> Iterator[tuple[str, list[dict]]]:
     install_tunedmodel_crd(kube)
     for namespace in (SYSTEM, TEAM_A, TEAM_B):
@@ -112,6 +115,6 @@ def test_the_operator_serves_its_namespace_with_exactly_the_roles(kube, installe
     used = {(resource, verb) for (method, resource), n in sent.items() if n and resource in resources
             for verb in VERBS.get(method, ()) if (resource, verb) in rules}
     unexplained = rules - used - set(UNCOUNTED)
-    assert unexplained == set(), f"granted, used by no code path: {sorted(unexplained)}; sent {json.dumps(sent)}"
+    assert unexplained == set(), f"granted, used by no code path: {sorted(unexplained)}; sent {sorted(sent.items())}"
     beyond = {(m, r) for (m, r) in sent if r in resources and not any((r, v) in rules for v in VERBS.get(m, ()))}
     assert beyond == set(), f"sent without a grant: {beyond}"

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from prometheus_client import Counter
-from urllib3.util.retry import Retry
+from requests.adapters import Retry
 
 from slotune.metrics.exposition import HistogramReading
 from slotune.metrics.names import MetricNames, counter_sample

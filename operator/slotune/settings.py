@@ -26,6 +26,12 @@ class AdminTransport(StrEnum):
     PROXY = "proxy"  # the API server's pod proxy, for operators outside the pod network
 
 
+# Pods of the TunedModel's namespace, and Prometheus pods (as the Prometheus Operator labels them) anywhere: the
+# chart's networkPolicy.clients default, as helm's toJson writes it (keys sorted).
+DEFAULT_NETWORK_POLICY_CLIENTS = ('[{"podSelector":{}},{"namespaceSelector":{},"podSelector":{"matchLabels":'
+                                  '{"app.kubernetes.io/name":"prometheus"}}}]')
+
+
 @dataclass(frozen=True)
 class OperatorSettings:
     prometheus_url: str = ""
@@ -74,6 +80,10 @@ class OperatorSettings:
     """How long a new pod may stay unschedulable (waiting for GPUs a terminating pod still holds) before the
     rollout counts as failed."""
 
+    network_policy_clients: str = DEFAULT_NETWORK_POLICY_CLIENTS
+    """JSON list of the NetworkPolicyPeers admitted to the runtime pods' serving port (the operator alone reaches the
+    admin port); empty: the operator creates no NetworkPolicy (slotune.manifests.network_policy)."""
+
     def pod_endpoints(self) -> Mapping[str, str]:
         if self.pod_endpoints_file is None or not self.pod_endpoints_file.exists():
             return {}
@@ -100,6 +110,7 @@ _ENV = {
     "workers": "SLOTUNE_WORKERS",
     "rollout_timeout_s": "SLOTUNE_ROLLOUT_TIMEOUT_S",
     "unschedulable_grace_s": "SLOTUNE_UNSCHEDULABLE_GRACE_S",
+    "network_policy_clients": "SLOTUNE_NETWORK_POLICY_CLIENTS",
 }
 
 
@@ -151,5 +162,7 @@ def _validated(settings: OperatorSettings) -> OperatorSettings:
         raise ValueError("SLOTUNE_WORKERS must be at least 1")
     if min(settings.tick_s, settings.rollout_timeout_s, settings.unschedulable_grace_s) <= 0:
         raise ValueError("SLOTUNE_TICK_S, SLOTUNE_ROLLOUT_TIMEOUT_S and SLOTUNE_UNSCHEDULABLE_GRACE_S must be positive")
+    if settings.network_policy_clients and not isinstance(json.loads(settings.network_policy_clients), list):
+        raise ValueError("SLOTUNE_NETWORK_POLICY_CLIENTS must be a JSON list of NetworkPolicyPeer objects or empty")
     return settings
 

@@ -16,3 +16,12 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
     build_checkpoint(cache / "tiny", preset="tiny")
     monkeypatch.setenv("SLOTUNE_MODEL_CACHE", str(cache))
     return cache
+
+
+@pytest.fixture(scope="session")
+def operator_kubeconfig(kube, helm_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What the operator (process or in-test backend) acts as: the chart's ServiceAccount with exactly the chart's
+    RBAC, so the e2e suite passes with nothing more than the chart grants."""
+    from tests.e2e.harness.rbac import chart_rbac_kubeconfig
+
+    return chart_rbac_kubeconfig(kube, helm_binary, tmp_path_factory.mktemp("rbac") / "operator.kubeconfig")

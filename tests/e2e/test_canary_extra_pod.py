@@ -61,11 +61,12 @@ def namespace(kube) -> Iterator[str]:
         yield name
 
 
-def test_a_restart_change_is_canaried_on_one_extra_pod(kube, namespace, prometheus, model_cache, tmp_path) -> None:
+def test_a_restart_change_is_canaried_on_one_extra_pod(kube, operator_kubeconfig, namespace, prometheus, model_cache,
+                                                       tmp_path) -> None:
     server = prometheus()
     kubelet = KubeletStandIn(kube.api_client(), namespace, NAME, server, tmp_path).start()
     settings = OperatorSettings(pod_endpoints_file=kubelet.endpoints_file, rollout_timeout_s=300)
-    api = KubeAPI.from_environment(str(kube.kubeconfig))
+    api = KubeAPI.from_environment(str(operator_kubeconfig))
     selector = Selector(namespace=namespace, deployment=f"{NAME}-runtime", model="tiny")
     load = Load(kubelet.urls, WorkloadSpec.model_validate(WORKLOAD), Shape(clients=WORKLOAD["concurrency"]))
 
@@ -187,14 +188,14 @@ def test_a_restart_change_is_canaried_on_one_extra_pod(kube, namespace, promethe
         kubelet.stop()
 
 
-def test_the_operator_canaries_a_restart_change_on_an_extra_pod(kube, namespace, prometheus, model_cache,
-                                                                 tmp_path) -> None:
+def test_the_operator_canaries_a_restart_change_on_an_extra_pod(kube, operator_kubeconfig, namespace, prometheus,
+                                                                model_cache, tmp_path) -> None:
     """The whole operator (its own process), hotReconfigure off, one replica and room for one more: its first change
     runs on an extra pod while the main pod keeps serving the old config, the status names the extra pod and never
     counts it as a replica, the verdict says Canary, and the canary Deployment is gone afterwards."""
     server = prometheus(scrape_interval_s=0.5)
     kubelet = KubeletStandIn(kube.api_client(), namespace, NAME, server, tmp_path).start()
-    operator = OperatorProcess(kube.kubeconfig, tmp_path / "operator", {
+    operator = OperatorProcess(operator_kubeconfig, tmp_path / "operator", {
         "SLOTUNE_PROMETHEUS_URL": server.url, "SLOTUNE_POD_ENDPOINTS_FILE": str(kubelet.endpoints_file)})
     load = Load(kubelet.urls, WorkloadSpec.model_validate(WORKLOAD), Shape(clients=WORKLOAD["concurrency"]))
     manifest = tunedmodel(namespace)

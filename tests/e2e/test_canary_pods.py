@@ -71,12 +71,12 @@ def namespace(kube) -> Iterator[str]:
         yield name
 
 
-def test_canary_promoted_when_better_rolled_back_alone_when_worse(kube, namespace, prometheus, model_cache,
-                                                                   tmp_path) -> None:
+def test_canary_promoted_when_better_rolled_back_alone_when_worse(kube, operator_kubeconfig, namespace, prometheus,
+                                                                  model_cache, tmp_path) -> None:
     server = prometheus()
     kubelet = KubeletStandIn(kube.api_client(), namespace, NAME, server, tmp_path).start()
     settings = OperatorSettings(pod_endpoints_file=kubelet.endpoints_file, rollout_timeout_s=300)
-    api = KubeAPI.from_environment(str(kube.kubeconfig))
+    api = KubeAPI.from_environment(str(operator_kubeconfig))
     selector = Selector(namespace=namespace, deployment=f"{NAME}-runtime", model="tiny")
     load = Load(kubelet.urls, WorkloadSpec.model_validate(WORKLOAD), Shape(clients=WORKLOAD["concurrency"]))
 
@@ -146,13 +146,14 @@ def test_canary_promoted_when_better_rolled_back_alone_when_worse(kube, namespac
         kubelet.stop()
 
 
-def test_the_operator_verifies_a_live_change_as_a_canary(kube, namespace, prometheus, model_cache, tmp_path) -> None:
+def test_the_operator_verifies_a_live_change_as_a_canary(kube, operator_kubeconfig, namespace, prometheus, model_cache,
+                                                         tmp_path) -> None:
     """The whole operator (its own process): with two replicas, its first change goes to one pod; while it is
     verified the status names that pod and its config and the pods run exactly that split; the verdict says Canary,
     and afterwards every pod runs the config the status calls running."""
     server = prometheus(scrape_interval_s=0.5)
     kubelet = KubeletStandIn(kube.api_client(), namespace, NAME, server, tmp_path).start()
-    operator = OperatorProcess(kube.kubeconfig, tmp_path / "operator", {
+    operator = OperatorProcess(operator_kubeconfig, tmp_path / "operator", {
         "SLOTUNE_PROMETHEUS_URL": server.url, "SLOTUNE_POD_ENDPOINTS_FILE": str(kubelet.endpoints_file)})
     load = Load(kubelet.urls, WorkloadSpec.model_validate(WORKLOAD), Shape(clients=WORKLOAD["concurrency"]))
     manifest = tunedmodel(namespace)

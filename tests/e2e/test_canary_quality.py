@@ -71,13 +71,14 @@ def intent(running: RuntimeConfig) -> TuningState:
                        tried_keys=frozenset({running.key()}))
 
 
-def test_an_output_altering_canary_is_judged_on_quality_first_on_the_canary_pod(kube, namespace, prometheus,
-                                                                                 model_cache, tmp_path) -> None:
+def test_an_output_altering_canary_is_judged_on_quality_first_on_the_canary_pod(kube, operator_kubeconfig, namespace,
+                                                                                prometheus, model_cache,
+                                                                                tmp_path) -> None:
     server = prometheus(scrape_interval_s=0.5)
     kubelet = KubeletStandIn(kube.api_client(), namespace, NAME, server, tmp_path).start()
     settings = OperatorSettings(prometheus_url=server.url, pod_endpoints_file=kubelet.endpoints_file,
                                 rollout_timeout_s=300)
-    api = KubeAPI.from_environment(str(kube.kubeconfig))
+    api = KubeAPI.from_environment(str(operator_kubeconfig))
     load = Load(kubelet.urls, WorkloadSpec.model_validate(WORKLOAD), Shape(clients=WORKLOAD["concurrency"]))
     try:
         run, fp32 = start(kube, api, settings, kubelet, tunedmodel(namespace, NAME, tuning=TUNING), pods=2)
@@ -124,13 +125,14 @@ def test_an_output_altering_canary_is_judged_on_quality_first_on_the_canary_pod(
         kubelet.stop()
 
 
-def test_a_weights_change_that_needs_a_restart_is_judged_on_quality_on_its_extra_pod(kube, namespace, prometheus,
-                                                                                     model_cache, tmp_path) -> None:
+def test_a_weights_change_that_needs_a_restart_is_judged_on_quality_on_its_extra_pod(kube, operator_kubeconfig,
+                                                                                     namespace, prometheus, model_cache,
+                                                                                     tmp_path) -> None:
     server = prometheus(scrape_interval_s=0.5)
     kubelet = KubeletStandIn(kube.api_client(), namespace, NAME, server, tmp_path).start()
     settings = OperatorSettings(prometheus_url=server.url, pod_endpoints_file=kubelet.endpoints_file,
                                 rollout_timeout_s=300)
-    api = KubeAPI.from_environment(str(kube.kubeconfig))
+    api = KubeAPI.from_environment(str(operator_kubeconfig))
     # hotReconfigure off: int8 needs a restart; maxReplicas 2 leaves room for one extra pod beside the one replica.
     manifest = tunedmodel(namespace, NAME, replicas=1, tuning={
         **TUNING, "hotReconfigure": False, "bounds": {"minReplicas": 1, "maxReplicas": 2}})

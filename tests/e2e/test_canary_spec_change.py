@@ -48,11 +48,12 @@ def changed_spec(kube: Any, manifest: dict[str, Any]) -> TunedModel:
     return tm
 
 
-def test_a_spec_change_mid_canary_brings_the_canary_pod_back_to_the_running_config(kube, namespace, prometheus,
-                                                                                    model_cache, tmp_path) -> None:
+def test_a_spec_change_mid_canary_brings_the_canary_pod_back_to_the_running_config(kube, operator_kubeconfig, namespace,
+                                                                                   prometheus, model_cache,
+                                                                                   tmp_path) -> None:
     kubelet = KubeletStandIn(kube.api_client(), namespace, NAME, prometheus(), tmp_path).start()
     settings = OperatorSettings(pod_endpoints_file=kubelet.endpoints_file, rollout_timeout_s=300)
-    api = KubeAPI.from_environment(str(kube.kubeconfig))
+    api = KubeAPI.from_environment(str(operator_kubeconfig))
     manifest = tunedmodel(namespace, NAME)
     try:
         apply(kube, manifest)
@@ -82,11 +83,11 @@ def test_a_spec_change_mid_canary_brings_the_canary_pod_back_to_the_running_conf
         kubelet.stop()
 
 
-def test_a_spec_change_mid_canary_deletes_the_extra_canary_pod(kube, namespace, prometheus, model_cache,
-                                                                tmp_path) -> None:
+def test_a_spec_change_mid_canary_deletes_the_extra_canary_pod(kube, operator_kubeconfig, namespace, prometheus,
+                                                               model_cache, tmp_path) -> None:
     kubelet = KubeletStandIn(kube.api_client(), namespace, NAME, prometheus(), tmp_path).start()
     settings = OperatorSettings(pod_endpoints_file=kubelet.endpoints_file, rollout_timeout_s=300)
-    api = KubeAPI.from_environment(str(kube.kubeconfig))
+    api = KubeAPI.from_environment(str(operator_kubeconfig))
     # hotReconfigure off: a change needs a restart; maxReplicas 2 leaves room for one extra pod.
     manifest = tunedmodel(namespace, NAME, replicas=1, tuning={
         "mode": "off", "windowSeconds": 5, "minSamples": 10, "hotReconfigure": False,

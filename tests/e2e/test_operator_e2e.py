@@ -62,11 +62,11 @@ def status_of(kube, namespace: str) -> dict[str, Any]:
     return (get(kube, "tunedmodel", "slow", namespace) or {}).get("status") or {}
 
 
-def test_poor_config_converges_to_its_slo_across_an_operator_restart(kube, namespace, prometheus, model_cache,
-                                                                      tmp_path) -> None:
+def test_poor_config_converges_to_its_slo_across_an_operator_restart(kube, operator_kubeconfig, namespace, prometheus,
+                                                                     model_cache, tmp_path) -> None:
     prom = prometheus(scrape_interval_s=0.5)
     kubelet = KubeletStandIn(kube.api_client(), namespace, "slow", prom, tmp_path).start()
-    operator = OperatorProcess(kube.kubeconfig, tmp_path / "operator", {
+    operator = OperatorProcess(operator_kubeconfig, tmp_path / "operator", {
         "SLOTUNE_PROMETHEUS_URL": prom.url, "SLOTUNE_POD_ENDPOINTS_FILE": str(kubelet.endpoints_file)})
     load = Load(kubelet.urls, WorkloadSpec.model_validate(WORKLOAD), Shape(clients=WORKLOAD["concurrency"]))
 

@@ -37,12 +37,13 @@ def namespace(kube) -> Iterator[str]:
         yield name
 
 
-def test_three_thread_pools_of_tunedmodels_all_deploy_and_measure(kube, namespace, prometheus, tmp_path) -> None:
+def test_three_thread_pools_of_tunedmodels_all_deploy_and_measure(kube, operator_kubeconfig, namespace, prometheus,
+                                                                  tmp_path) -> None:
     names = [f"tm{i:03d}" for i in range(NUM_TUNEDMODELS)]
     fleet = FleetExporter(requests_per_s=4.0).start()
     targets = [fleet.add(namespace, f"{name}-runtime", "fleet") for name in names]
     prom = prometheus(targets=[(t.address, t.labels) for t in targets], scrape_interval_s=1.0)
-    operator = OperatorProcess(kube.kubeconfig, tmp_path / "operator", {"SLOTUNE_PROMETHEUS_URL": prom.url})
+    operator = OperatorProcess(operator_kubeconfig, tmp_path / "operator", {"SLOTUNE_PROMETHEUS_URL": prom.url})
 
     def deployed() -> int:
         return sum(1 for d in items(kube, "deployments", namespace) if d["metadata"]["name"].endswith("-runtime"))

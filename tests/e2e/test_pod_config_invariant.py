@@ -50,11 +50,11 @@ def namespace(kube) -> Iterator[str]:
         yield name
 
 
-def test_every_ready_pod_runs_what_the_loop_calls_running(kube, namespace, prometheus, model_cache,
+def test_every_ready_pod_runs_what_the_loop_calls_running(kube, operator_kubeconfig, namespace, prometheus, model_cache,
                                                            tmp_path) -> None:
     kubelet = KubeletStandIn(kube.api_client(), namespace, NAME, prometheus(), tmp_path).start()
     settings = OperatorSettings(pod_endpoints_file=kubelet.endpoints_file, rollout_timeout_s=300)
-    api = KubeAPI.from_environment(str(kube.kubeconfig))
+    api = KubeAPI.from_environment(str(operator_kubeconfig))
 
     def parsed() -> Any:
         return parse_tunedmodel(get(kube, "tunedmodel", NAME, namespace))

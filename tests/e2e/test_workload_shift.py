@@ -216,15 +216,15 @@ def replicas(status: dict[str, Any]) -> int:
 
 # pytest-timeout (900 s for every test) must not cut this test short of its own bound: a cut leaves no report.
 @pytest.mark.timeout(TOTAL_S + 300)
-def test_load_triples_capacity_follows_and_is_shed_when_it_drops(kube, namespace, prometheus, model_cache,
-                                                                 tmp_path) -> None:
+def test_load_triples_capacity_follows_and_is_shed_when_it_drops(kube, operator_kubeconfig, namespace, prometheus,
+                                                                 model_cache, tmp_path) -> None:
     started_s = time.monotonic()
     plan = calibrate(model_cache, tmp_path / "calibration")
     assert plan.margin >= MARGIN * 0.99, plan.describe()  # else a machine too slow to tell a burst that waits
     base, tripled = Shape(BURST, plan.every_s), Shape(3 * BURST, plan.every_s)
     prom = prometheus(scrape_interval_s=0.5)
     kubelet = KubeletStandIn(kube.api_client(), namespace, NAME, prom, tmp_path).start()
-    operator = OperatorProcess(kube.kubeconfig, tmp_path / "operator", {
+    operator = OperatorProcess(operator_kubeconfig, tmp_path / "operator", {
         "SLOTUNE_PROMETHEUS_URL": prom.url, "SLOTUNE_POD_ENDPOINTS_FILE": str(kubelet.endpoints_file)})
     load = Load(kubelet.urls, WorkloadSpec.model_validate(plan.workload()), base)
 

@@ -76,6 +76,8 @@ def test_unschedulable_replicas_fail_the_apply_and_the_previous_config_comes_bac
         too_many = settle(backend, initial.with_changes(replicas=3))
         assert not too_many.ok and too_many.crashed
         assert "Insufficient nvidia.com/gpu" in too_many.reason
+        assert "scaled to 2 of 3 requested replicas" in too_many.reason  # the third pod is not left Pending
+        assert get(kube, "deployment", "big-runtime", namespace)["spec"]["replicas"] == 2
         assert ("RolloutFailed", too_many.reason, True) in recorded
 
         assert settle(backend, initial.with_changes(replicas=2)).ok  # the rollback
@@ -100,5 +102,8 @@ def test_pods_a_quota_refuses_are_reported_and_fail_the_apply(kube, namespace) -
         refused = settle(backend, initial)
         assert not refused.ok and "exceeded quota" in refused.reason, refused.reason
         assert ("RolloutFailed", refused.reason, True) in recorded
-        ready, message = readiness(get(kube, "deployment", "big-runtime", namespace))
-        assert not ready and "exceeded quota" in message and "0/1 pods ready" in message
+        assert "scaled to 0 of 1 requested replicas" in refused.reason  # nothing left for the quota to refuse
+        deployment = get(kube, "deployment", "big-runtime", namespace)
+        assert deployment["spec"]["replicas"] == 0
+        ready, message = readiness(deployment)
+        assert not ready and "0/0 pods ready (scaled to fit: 1 requested)" in message, message

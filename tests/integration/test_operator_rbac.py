@@ -27,9 +27,9 @@ def render(helm_binary: Path, *templates: str) -> list[dict]:
     return [d for d in yaml.safe_load_all(rendered.stdout) if d]
 
 
-def service_account_kubeconfig(kube, account: str, path: Path) -> Path:
+def service_account_kubeconfig(kube, account: str, path: Path, namespace: str = SYSTEM_NAMESPACE) -> Path:
     """The admin kubeconfig's cluster, with the ServiceAccount's token as the only credential."""
-    token = kube.kubectl("create", "token", account, "-n", SYSTEM_NAMESPACE, "--duration=1h").stdout.strip()
+    token = kube.kubectl("create", "token", account, "-n", namespace, "--duration=1h").stdout.strip()
     admin = yaml.safe_load(Path(kube.kubeconfig).read_text())
     cluster = admin["clusters"][0]
     config = {"apiVersion": "v1", "kind": "Config", "clusters": [cluster],
@@ -46,7 +46,7 @@ def rbac_kubeconfig(kube, helm_binary, tmp_path) -> Iterator[Path]:
     wait_for(lambda: kube.kubectl("wait", "--for=condition=Established", "crd/tunedmodels.slotune.io",
                                   "--timeout=10s", check=False).returncode == 0, 60, "the CRD")
     kube.kubectl("create", "namespace", SYSTEM_NAMESPACE)
-    objects = render(helm_binary, "serviceaccount.yaml", "clusterrole.yaml")
+    objects = render(helm_binary, "serviceaccount.yaml", "rbac.yaml")
     for manifest in objects:
         apply(kube, manifest)
     (account,) = [o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"]

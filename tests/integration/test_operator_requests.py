@@ -24,16 +24,16 @@ from tests.harness.ports import free_port
 
 NUM_TUNEDMODELS = 10
 STALL_S = 120
-# Per create, by "METHOD resource": what a create needs. Its children (one apply or create each), its status (the
-# first save, and Ready once the pods are), its events (Deployed, and each phase it reaches: slotune's own, with
-# reasons; kopf posts none below Warning), the pods looked at while the rollout runs (one list a look, the looks
-# backing off 2, 4, 8 ... s, so their number follows how long the rollout takes on a busy machine), the discovery
-# of the ServiceMonitor API (once a minute) and the ServiceMonitor where that API is served. Nothing else: the store
-# reads the status kopf's watch holds, and the Deployment and Secret come from the operator's own watches.
-# A create handler that failed on a busy API server (a timeout) and was retried applies its children again: half a
-# write per child is left for that; a second write of every child is not.
-BUDGET = {"PATCH deployments": 1.5, "PATCH services": 1.5, "POST secrets": 1.5, "PATCH tunedmodels/status": 2.0,
-          "POST events": 3.0, "GET pods": 4.0, "GET monitoring.coreos.com/v1": 1.0,
+# Per create, by "METHOD resource": what a create needs. Its children (one apply or create each, the NetworkPolicy among
+# them), its status (the first save, and Ready once the pods are), its events (Deployed, and each phase it reaches:
+# slotune's own, with reasons; kopf posts none below Warning), the pods looked at while the rollout runs (one list a
+# look, the looks backing off 2, 4, 8 ... s, so their number follows how long the rollout takes on a busy machine), the
+# discovery of the ServiceMonitor API (once a minute) and the ServiceMonitor where that API is served. Nothing else: the
+# store reads the status kopf's watch holds, and the Deployment and Secret come from the operator's own watches. A
+# create handler that failed on a busy API server (a timeout) and was retried applies its children again: half a write
+# per child is left for that; a second write of every child is not.
+BUDGET = {"PATCH deployments": 1.5, "PATCH services": 1.5, "PATCH networkpolicies": 1.5, "POST secrets": 1.5,
+          "PATCH tunedmodels/status": 2.0, "POST events": 3.0, "GET pods": 4.0, "GET monitoring.coreos.com/v1": 1.0,
           "PATCH servicemonitors": 1.5}  # where the ServiceMonitor CRD is installed (another test of the session)
 
 

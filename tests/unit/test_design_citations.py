@@ -17,6 +17,8 @@ ELSEWHERE = {
     "report.md": "the report local mode writes at run time (runs/<name>/report.md)",
     "runs/local-tiny/report.md": "the report `make demo` writes",
     "docs/gguf.md": "the GGUF specification in github.com/ggml-org/ggml (docs/facts.md cites it as a source)",
+    "engine_cuda.md": "the CUDA benchmark's output, written only where a GPU is lent (bench/bench_engine_cuda.py)",
+    "bench/results/engine_cuda.md": "the same output, named by the scripts that run and collect it on a GPU",
     "tools/server/README.md": "llama.cpp's server documentation (docs/facts.md cites it as a source)",
 }
 CITATION = re.compile(r"(?<![\w/.:-])((?:\.{1,2}/|[\w-]+/)*[\w.-]+\.md)\b")

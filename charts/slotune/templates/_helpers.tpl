@@ -50,7 +50,59 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 
 {{/* Flags the operator sets on the runtime: never accepted in spec.runtime.extraArgs. The same list as
-operator/slotune/admission.py OPERATOR_FLAGS (tests/unit/test_chart_admission.py compares them). */}}
+operator/slotune/manifests/admission.py OPERATOR_FLAGS (tests/unit/deploy/test_chart_admission.py compares them). */}}
 {{- define "slotune.operatorFlags" -}}
 ['--model', '--served-model-name', '--host', '--port', '--admin-port', '--uds', '--admin-token-file', '--device', '--dtype', '--max-model-len', '--revision', '--tensor-parallel-size', '-tp', '--config', '-q', '--slo-bucket-edges', '--max-num-seqs', '--max-num-batched-tokens', '--enable-chunked-prefill', '--no-enable-chunked-prefill', '--enable-prefix-caching', '--no-enable-prefix-caching', '--speculative-config', '--quantization', '--kv-cache-dtype']
+{{- end }}
+
+{{/* What the operator does where TunedModels live: the same rules in a namespace's Role or in the ClusterRole.
+Each rule names the code path that needs it; docs/security.md explains them. */}}
+{{- define "slotune.namespacedRules" -}}
+# kopf lists and watches TunedModels and patches their finalizer and progress; the status store reads one back.
+- apiGroups: ["slotune.io"]
+  resources: ["tunedmodels"]
+  verbs: ["get", "list", "watch", "patch"]
+# The status store (controller/status.py) and kopf's progress write the status with merge patches.
+- apiGroups: ["slotune.io"]
+  resources: ["tunedmodels/status"]
+  verbs: ["patch"]
+# The runtime Deployment: server-side apply (patch; create when it does not exist yet), read from a watch (list,
+# watch; get before the watch has synced and for the canary Deployment), and the canary Deployment deleted.
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# The runtime Service and, where the Prometheus Operator is installed, its ServiceMonitor: server-side apply only.
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["create", "patch"]
+- apiGroups: ["monitoring.coreos.com"]
+  resources: ["servicemonitors"]
+  verbs: ["create", "patch"]
+# The admin-token Secret: created once (a deleted one is created again: the rotation), read from a watch of the
+# Secrets labelled managed-by=slotune (get before it has synced). Never updated, patched or deleted by the operator
+# (the TunedModel's owner reference deletes it). RBAC cannot name NAME-admin-token for every NAME (resourceNames are
+# exact names), so the namespaces are the bound: with watchNamespaces, only those.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "list", "watch", "create"]
+# The runtime pods' NetworkPolicy (networkPolicy.create): server-side apply only.
+{{- if .Values.networkPolicy.create }}
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["create", "patch"]
+{{- end }}
+# Runtime pods: listed by label to read each one's live config and readiness.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
+{{- if eq .Values.adminTransport "proxy" }}
+# adminTransport: proxy: GET and POST /admin/config through the API server's pod proxy.
+- apiGroups: [""]
+  resources: ["pods/proxy"]
+  verbs: ["get", "create"]
+{{- end }}
+# Events on TunedModels: slotune's own (controller/events.py) and kopf's warnings, posted (never patched).
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
 {{- end }}

@@ -143,7 +143,10 @@ class _Converter:
         options = [o for o in node["anyOf"] if o.get("type") != "null"]
         rest = {k: v for k, v in node.items() if k != "anyOf"}
         if len(options) == len(node["anyOf"]) and {o.get("type") for o in options} == {"integer", "string"}:
-            return rest | {"x-kubernetes-int-or-string": True}
+            # A quantity's pattern (its string form) and minimum (its integer form) stay, as controller-gen keeps a
+            # Quantity's: the API server then names the field and value of `cpu: lots`, not a child's conversion error.
+            lifted = {k: v for o in options for k, v in o.items() if k in ("pattern", "minimum")}
+            return rest | lifted | {"x-kubernetes-int-or-string": True}
         if len(options) != 1:
             raise ValueError(f"cannot express anyOf {node['anyOf']} in a structural schema")
         merged = self._resolve(options[0]) | rest

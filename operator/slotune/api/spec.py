@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, field_validator
+from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator
 from pydantic_core import PydanticCustomError
 
 from slotune.api.quality import QualitySpec
@@ -40,15 +40,22 @@ class ModelDtype(StrEnum):
     BFLOAT16 = "bfloat16"
 
 
-# hf://org/name, pvc://claim/path, builtin://preset (checkpoints the runtime builds itself), pkg://package/file (weights
-# inside an installed Python package, read by the builtin runtime), file:///abs, /abs, ./rel.
+# The sources the runtimes and the local backend read (gpu_runtime/model_source.py, resources.engine_model):
+# hf://org/name (vLLM downloads it), pvc://claim/path (mounted under /models), builtin://preset (a checkpoint the
+# runtime builds itself), pkg://package/file (weights inside an installed Python package), file:///abs, /abs and
+# ./rel (local mode). A path is segments of safe characters: the source reaches the runtime as one argv element,
+# never a shell, but a source with spaces, quotes, `;` or `$(...)` is a mistake or an attack, never a path anyone
+# meant; `.` and `..` segments are refused so a pvc:// path stays inside its claim.
+_SEGMENT = r"\.?[A-Za-z0-9_+@=-][A-Za-z0-9._+@=-]*"
+_PATH = f"(/{_SEGMENT})+"
 SOURCE_PATTERN = (
-    r"^(hf://[A-Za-z0-9._-]+/[A-Za-z0-9._-]+|pvc://[a-z0-9]([a-z0-9.-]*[a-z0-9])?/.+|builtin://[a-z0-9-]+"
-    r"|pkg://[A-Za-z_][A-Za-z0-9_]*/.+|file:///.+|/.+|\./.+)$"
+    rf"^(hf://[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*|pvc://[a-z0-9]([a-z0-9.-]*[a-z0-9])?{_PATH}"
+    rf"|builtin://[a-z0-9-]+|pkg://[A-Za-z_][A-Za-z0-9_]*{_PATH}|file://{_PATH}|{_PATH}|\.{_PATH})$"
 )
 _SOURCE_HELP = (
-    "hf://org/name, pvc://claim/path, builtin://tiny (a checkpoint the runtime builds), pkg://package/file.gguf "
-    "(weights shipped in an installed Python package), file:///path, /path or ./path"
+    "one of hf://org/name, pvc://claim/path, builtin://tiny (a checkpoint the runtime builds), pkg://package/file.gguf "
+    "(weights shipped in an installed Python package), file:///path, /path (absolute) or ./path; path segments "
+    "use only letters, digits and . _ - + @ = (no spaces, quotes, ; or $, no . or .. segments)"
 )
 
 
@@ -113,11 +120,32 @@ class HardwareSpec(ApiModel):
     )
 
 
+# A Kubernetes quantity (apimachinery's resource.Quantity grammar) that is not negative: 4, 500m, 64Gi, 1e3. Checked at
+# apply time, so `cpu: lots` is refused naming spec.runtime.resources.limits.cpu and its value, not later by the
+# Deployment's conversion (an HTTP 500 naming neither).
+QUANTITY_PATTERN = (r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]"
+                    r"|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+
+
+def _quantity(value: object) -> object:
+    if isinstance(value, bool) or not isinstance(value, int | str) or (isinstance(value, int) and value < 0) or (
+            isinstance(value, str) and re.fullmatch(QUANTITY_PATTERN, value) is None):
+        raise PydanticCustomError("quantity", "'{value}' is not a Kubernetes quantity of at least 0 (e.g. 4, 500m, "
+                                  "64Gi)", {"value": value})
+    return value
+
+
+Quantity = Annotated[int | str, BeforeValidator(_quantity), WithJsonSchema(
+    {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": QUANTITY_PATTERN}]})]
+
+
 class Resources(ApiModel):
     """Compute resources of one runtime container (core/v1 ResourceRequirements); GPUs come from hardware."""
 
-    requests: dict[str, int | str] = Field(default={}, description="Minimum resources, e.g. cpu: 4.")
-    limits: dict[str, int | str] = Field(default={}, description="Maximum resources, e.g. memory: 64Gi.")
+    requests: dict[str, Quantity] = Field(
+        default={}, description="Minimum resources, e.g. cpu: 4 (Kubernetes quantities: 4, 500m, 64Gi).")
+    limits: dict[str, Quantity] = Field(
+        default={}, description="Maximum resources, e.g. memory: 64Gi (Kubernetes quantities: 4, 500m, 64Gi).")
 
 
 class RuntimeSpec(ApiModel):

@@ -30,6 +30,7 @@ API_REQUEST_SECONDS = Histogram("slotune_operator_api_request_seconds", "How lon
 _KINDS = {
     "Deployment": ("/apis/apps/v1", "deployments"),
     "Service": ("/api/v1", "services"),
+    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
     "Secret": ("/api/v1", "secrets"),
     "Pod": ("/api/v1", "pods"),
     "Event": ("/api/v1", "events"),

@@ -28,6 +28,8 @@ from typing import Any, TypeVar
 import httpx
 
 from slotune.api import TunedModel
+from slotune.backends import kube_fit
+from slotune.backends.child_fields import tunedmodel_fields
 from slotune.backends.kube_api import KubeAPI, KubeError, object_path
 from slotune.backends.kube_canary import CanaryAssignment, end_canary, end_stale_canary, start_canary
 from slotune.backends.kube_canary_pod import CANARY_POD_LABEL
@@ -36,6 +38,7 @@ from slotune.backends.kube_pods import AdminCall, Rollout, pod_problem_of, pod_r
 from slotune.knobs import Engine, RuntimeConfig
 from slotune.loop.protocols import ApplyResult
 from slotune.manifests import admission
+from slotune.manifests.network_policy import build_network_policy, operator_namespace, parse_peers
 from slotune.manifests.resources import (
     ADMIN_PORT,
     ChildNames,
@@ -62,7 +65,9 @@ class ChildRefused(Exception):
     reason = "ChildRefused"
 
     def __init__(self, kind: str, error: KubeError) -> None:
-        super().__init__(f"the API server refused the {kind}: {error}")
+        fields = tunedmodel_fields(str(error))  # what the author wrote, not the Deployment's path
+        source = f" (from the TunedModel's {', '.join(fields)})" if fields else ""
+        super().__init__(f"the API server refused the {kind}{source}: {error}")
         self.kind = kind
 
 
@@ -129,8 +134,15 @@ class KubernetesBackend:
         # is create-to-Deployment latency. A new Secret comes back from the create; an existing one is read.
         secret = self._child("Secret", lambda: self.api.create(build_secret(self.tm, new_token()))) or self._secret()
         token_uid = ((secret or {}).get("metadata") or {}).get("uid", "")
-        self._child("Deployment", lambda: self.api.apply(build_deployment(self.tm, config, self.settings, token_uid)))
+        manifest = build_deployment(self.tm, config, self.settings, token_uid)
+        manifest["spec"]["replicas"] = kube_fit.fitted_replicas(  # never queue again pods that did not fit
+            self.deployment(), config.replicas, self.tm.metadata.generation or 1)
+        manifest["metadata"].setdefault("annotations", {})[kube_fit.REQUESTED_ANNOTATION] = str(config.replicas)
+        self._child("Deployment", lambda: self.api.apply(manifest))
         self._child("Service", lambda: self.api.apply(build_service(self.tm)))
+        if self.settings.network_policy_clients:  # deny by default: the admin port from the operator alone
+            self._child("NetworkPolicy", lambda: self.api.apply(build_network_policy(
+                self.tm, parse_peers(self.settings.network_policy_clients), operator_namespace())))
         if self.api.has_resource("monitoring.coreos.com/v1", "servicemonitors"):
             self._child("ServiceMonitor", lambda: self.api.apply(build_service_monitor(self.tm)))
         if (self.tm.metadata.generation or 1) > 1:  # a new generation's loop knows nothing of an old canary
@@ -220,7 +232,8 @@ class KubernetesBackend:
         self._wrote()
         path = object_path("Deployment", self.namespace, self.names.deployment)
         annotation = json.dumps(base.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-        self.api.merge_patch(path, {"metadata": {"annotations": {"slotune.io/config": annotation}},
+        self.api.merge_patch(path, {"metadata": {"annotations": {"slotune.io/config": annotation,
+                                                                 kube_fit.REQUESTED_ANNOTATION: str(base.replicas)}},
                                     "spec": {"replicas": base.replicas}})
         self._record("Scaled", f"replicas -> {base.replicas}", False)
 
@@ -240,11 +253,22 @@ class KubernetesBackend:
             problem = unschedulable
         if problem is None and self._waited(key) > self.settings.rollout_timeout_s:
             problem = f"rollout not finished after {self.settings.rollout_timeout_s:.0f} s"
+        if problem is not None and problem is unschedulable and deployment is not None:
+            problem = self._scale_to_fit(config, pods if pods is not None else self.pods(), problem)
         if problem is not None:
             self._forget("rollout:", "unschedulable")
             self._record("RolloutFailed", problem, True)
             return ApplyResult.failure(problem, crashed=True)
         return ApplyResult.rolling_out(unschedulable or state.progress or "rollout in progress")
+
+    def _scale_to_fit(self, config: RuntimeConfig, pods: list[dict[str, Any]], problem: str) -> str:
+        """Pods still unschedulable (or uncreatable) past their grace: scale to the pods placed (kube_fit)."""
+        result = kube_fit.fit(config.replicas, pods, problem)
+        self._wrote()
+        self.api.merge_patch(object_path("Deployment", self.namespace, self.names.deployment),
+                             kube_fit.fit_patch(result, self.tm.metadata.generation or 1))
+        self._record("ScaledToFit", result.message(), True)
+        return result.message()
 
     def _waited(self, what: str) -> float:
         """Seconds since `what` was first seen pending, on this operator (a restart starts the clock again)."""

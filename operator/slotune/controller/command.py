@@ -36,6 +36,7 @@ _FLAGS = {
     "workers": "threads for API server and Prometheus requests, shared by all TunedModels",
     "rollout_timeout_s": "longest wait for a rollout before a change counts as failed",
     "unschedulable_grace_s": "how long a new pod may stay unschedulable before its rollout counts as failed",
+    "network_policy_clients": "JSON NetworkPolicyPeers admitted to the runtime pods' serving port; empty: no policy",
 }
 
 

@@ -115,6 +115,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.posting.level = logging.WARNING  # slotune posts its own events with reasons
     settings.watching.server_timeout = 60
     settings.persistence.finalizer = "slotune.io/finalizer"
+    # Serving named namespaces, kopf would list and watch every Namespace and CRD to notice new ones: cluster-scoped
+    # reads the chart's namespaced Roles do not grant (least privilege, docs/security.md). The CRD is installed first.
+    settings.scanning.disabled = bool(memo.settings.watch_namespaces)
     # A deleted TunedModel's daemon exits once cancelled (it awaits only the stop flag and its worker's future), but on
     # a busy event loop maybe not within kopf's 10 zero-time cycles: kopf then sleeps, PATCHes a dummy annotation and
     # waits for its watch event before it removes the finalizer, a round trip through a busy API server per delete.

@@ -23,6 +23,7 @@ from typing import Any
 
 from slotune.api import Condition, ConditionStatus, ConditionType, Phase, TunedModel
 from slotune.backends.kube_api import KubeAPI, object_path
+from slotune.backends.kube_fit import REQUESTED_ANNOTATION
 from slotune.backends.kube_pods import rollout_state
 from slotune.loop.state import TuningState
 from slotune.manifests.admission import REFUSED
@@ -52,6 +53,9 @@ def readiness(deployment: dict[str, Any] | None) -> tuple[bool, str]:
     ready = deployment.get("status", {}).get("readyReplicas", 0)
     rollout = rollout_state(deployment)
     counted = f"{ready}/{wanted} pods ready"
+    requested = int(deployment.get("metadata", {}).get("annotations", {}).get(REQUESTED_ANNOTATION, wanted))
+    if requested > wanted:  # scaled to what fits (backends.kube_fit): the status says what was asked
+        counted += f" (scaled to fit: {requested} requested)"
     if rollout.problem or rollout.blocked:
         return ready >= wanted > 0, f"{counted}; {rollout.problem or rollout.blocked}"
     if rollout.done:

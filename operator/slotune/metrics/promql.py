@@ -1,10 +1,10 @@
 """Server-side snapshot from Prometheus: PromQL over a window, filtered by namespace, deployment and model.
 
-The only module that talks to Prometheus (its HTTP API, `GET /api/v1/query`). Histograms are read as bucket
-increases summed over replicas (`sum by (le) (increase(<name>_bucket{sel}[w]))`), and percentiles computed from them
-by histogram_quantile's own rule, so they equal PromQL's and the buckets come along as evidence for confidence
-intervals (slotune.loadgen.compare). Counters are `increase()`d, gauges `avg_over_time`d. Queries can group by
-deployment, so one set of queries reads every deployment of a namespace whose windows end together. Prometheus down,
+The only module that talks to Prometheus (its HTTP API, `GET /api/v1/query`, through prometheus-api-client). Histograms
+are read as bucket increases summed over replicas (`sum by (le) (increase(<name>_bucket{sel}[w]))`), and percentiles
+computed from them by histogram_quantile's own rule, so they equal PromQL's and the buckets come along as evidence for
+confidence intervals (slotune.loadgen.compare). Counters are `increase()`d, gauges `avg_over_time`d. Queries can group
+by deployment, so one set of queries reads every deployment of a namespace whose windows end together. Prometheus down,
 nothing matching the selector, or too few requests in the window raise `MetricsUnavailable`, never zeros.
 """
 
@@ -17,8 +17,10 @@ import threading
 import time
 from dataclasses import dataclass
 
-import httpx
+import requests
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from prometheus_client import Counter
+from requests.adapters import Retry
 
 from slotune.metrics.exposition import HistogramReading
 from slotune.metrics.names import MetricNames, counter_sample
@@ -71,33 +73,37 @@ def _window(window_s: float) -> str:
 
 
 class PrometheusClient:
-    """Instant queries against one Prometheus; every answer is a list of (labels, value). Once `stop` is set no
-    further query is sent: a grouped read is ~22 queries, and a reader thread finishing one on a loaded Prometheus
-    held the operator's exit for 10 s after SIGTERM (the interpreter joins its threads at exit)."""
+    """Instant queries against one Prometheus through prometheus-api-client's `PrometheusConnect` (the client users
+    of Prometheus in Python know); every answer is a list of (labels, value). Without its retries: a tick must see
+    Prometheus down at once (MetricsAvailable=False, the config kept), not after backing off 1 + 2 + 4 s on a reader
+    thread. Once `stop` is set no further query is sent: a grouped read is ~22 queries, and a reader thread finishing
+    one on a loaded Prometheus held the operator's exit for 10 s after SIGTERM (the interpreter joins its threads)."""
 
     def __init__(self, url: str, timeout_s: float = 10.0, stop: threading.Event | None = None) -> None:
         self.url = url.rstrip("/")
-        self._http = httpx.Client(timeout=timeout_s)
+        self._session = requests.Session()
+        self._prometheus = PrometheusConnect(self.url, retry=Retry(total=0, raise_on_status=False),
+                                             session=self._session, timeout=timeout_s)
         self._stop = stop
 
     def close(self) -> None:
-        self._http.close()
+        self._session.close()
 
     def query(self, promql: str, at_s: float | None = None) -> list[tuple[dict[str, str], float]]:
-        params = {"query": promql} | ({"time": f"{at_s:.3f}"} if at_s is not None else {})
+        params = {"time": f"{at_s:.3f}"} if at_s is not None else {}
         if self._stop is not None and self._stop.is_set():
             raise MetricsUnavailable(UnavailableReason.UNREACHABLE, "the operator is stopping: no more queries")
         PROMQL_QUERIES.inc()
         try:
-            response = self._http.get(f"{self.url}/api/v1/query", params=params)
-        except httpx.HTTPError as error:
+            result = self._prometheus.custom_query(promql, params=params)
+        except requests.RequestException as error:
             raise MetricsUnavailable(UnavailableReason.UNREACHABLE, f"Prometheus at {self.url}: {error}") from error
-        if response.status_code >= 500:
-            raise MetricsUnavailable(UnavailableReason.UNREACHABLE, f"Prometheus answered {response.status_code}")
-        body = response.json()
-        if body.get("status") != "success":
-            raise ValueError(f"PromQL {promql!r} failed: {body.get('error')}")  # a bug in the query, not an outage
-        return [(item["metric"], float(item["value"][1])) for item in body["data"]["result"]]
+        except PrometheusApiClientException as error:
+            status = re.match(r"HTTP Status Code (\d+)", str(error))
+            if status is None or int(status.group(1)) >= 500:
+                raise MetricsUnavailable(UnavailableReason.UNREACHABLE, f"Prometheus answered {error}") from error
+            raise ValueError(f"PromQL {promql!r} failed: {error}") from error  # a bug in the query, not an outage
+        return [(item["metric"], float(item["value"][1])) for item in result]
 
     def scalar(self, promql: str, at_s: float | None = None) -> float | None:
         """The single value of an aggregated query; None when nothing matched or the value is NaN."""

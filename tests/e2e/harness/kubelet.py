@@ -77,10 +77,22 @@ class KubeletStandIn:
         return [p.process.url for p in list(self.pods.values()) if p.registered]
 
     def live_configs(self) -> dict[str, dict[str, Any]]:
-        """What each serving pod's runtime answers to GET /admin/config: the knobs it runs, read from the pod."""
+        """What each serving pod's runtime answers to GET /admin/config: the knobs it runs, read from the pod.
+
+        Only pods that still serve when asked: this thread's copy of `pods` can name a pod the stand-in's thread
+        has just stopped (the extra canary pod ending, a rollout), whose process refuses the connection. Such a pod
+        is left out; a pod still listed with a live process that refuses is a real failure and raises."""
         headers = {"Authorization": f"Bearer {self._token()}"}
-        return {name: httpx.get(f"{pod.process.url}/admin/config", headers=headers, timeout=30).json()
-                for name, pod in list(self.pods.items()) if pod.registered}
+        found = {}
+        for name, pod in list(self.pods.items()):
+            if not pod.registered or not pod.process.alive():
+                continue
+            try:
+                found[name] = httpx.get(f"{pod.process.url}/admin/config", headers=headers, timeout=30).json()
+            except httpx.TransportError:
+                if self.pods.get(name) is pod and pod.process.alive():
+                    raise
+        return found
 
     def _run(self) -> None:
         while not self._stop.wait(0.5):

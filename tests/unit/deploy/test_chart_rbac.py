@@ -1,4 +1,6 @@
-"""The chart's ClusterRole grants exactly the operator <-> chart contract's rules: nothing missing, nothing extra."""
+"""The chart's RBAC grants exactly the operator <-> chart contract's rules, nothing missing, nothing extra: a Role and
+RoleBinding per watched namespace (nothing cluster-scoped) with watchNamespaces, one ClusterRole without; pods/proxy
+only with the proxy transport; no Leases, no Namespaces, no update verb anywhere."""
 
 from __future__ import annotations
 
@@ -9,26 +11,23 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "charts" / "slotune"
-ALL_WRITE = ("get", "list", "watch", "create", "patch", "update", "delete")
 
-# (apiGroup, resource) -> verbs, transcribed from the contract (RBAC the operator needs).
-CONTRACT: dict[tuple[str, str], tuple[str, ...]] = {
-    ("slotune.io", "tunedmodels"): ("get", "list", "watch", "patch", "update"),
-    ("slotune.io", "tunedmodels/status"): ("get", "patch", "update"),
-    ("apps", "deployments"): ALL_WRITE,
-    ("", "services"): ALL_WRITE,
-    ("", "secrets"): ALL_WRITE,
-    ("", "pods"): ("get", "list", "watch"),
-    ("", "pods/proxy"): ("get", "create"),
-    ("", "events"): ("create", "patch"),
-    ("events.k8s.io", "events"): ("create", "patch"),
-    ("monitoring.coreos.com", "servicemonitors"): ALL_WRITE,
-    ("apiextensions.k8s.io", "customresourcedefinitions"): ("get", "list", "watch"),
-    ("kopf.dev", "clusterkopfpeerings"): ("get", "list", "watch", "patch"),
-    ("kopf.dev", "kopfpeerings"): ("get", "list", "watch", "patch"),
-    ("coordination.k8s.io", "leases"): ("get", "list", "watch", "create", "update", "patch"),
-    ("", "namespaces"): ("list", "watch"),
+# (apiGroup, resource) -> verbs, transcribed from the contract (docs/security.md, the RBAC table).
+NAMESPACED: dict[tuple[str, str], tuple[str, ...]] = {
+    ("slotune.io", "tunedmodels"): ("get", "list", "watch", "patch"),
+    ("slotune.io", "tunedmodels/status"): ("patch",),
+    ("apps", "deployments"): ("get", "list", "watch", "create", "patch", "delete"),
+    ("", "services"): ("create", "patch"),
+    ("monitoring.coreos.com", "servicemonitors"): ("create", "patch"),
+    ("", "secrets"): ("get", "list", "watch", "create"),
+    ("", "pods"): ("list",),
+    ("", "events"): ("create",),
+    ("networking.k8s.io", "networkpolicies"): ("create", "patch"),
 }
+PROXY = {("", "pods/proxy"): ("get", "create")}
+NAMESPACE_PEERING = {("kopf.dev", "kopfpeerings"): ("get", "list", "watch", "patch")}
+CLUSTER_ONLY = {("kopf.dev", "clusterkopfpeerings"): ("get", "list", "watch", "patch"),
+                ("apiextensions.k8s.io", "customresourcedefinitions"): ("list", "watch")}
 
 
 def grants(rules: list[dict]) -> set[tuple[str, str, str]]:
@@ -44,34 +43,74 @@ def grants(rules: list[dict]) -> set[tuple[str, str, str]]:
     return granted
 
 
+def expected(*tables: dict[tuple[str, str], tuple[str, ...]]) -> set[tuple[str, str, str]]:
+    return {(g, r, v) for table in tables for (g, r), verbs in table.items() for v in verbs}
+
+
 def rendered(helm_binary: Path, *values: str) -> list[dict]:
     out = subprocess.run([str(helm_binary), "template", "slotune", str(CHART), "-n", "ops", *values],
                          check=True, capture_output=True, text=True).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
 
-def test_cluster_role_grants_exactly_the_contract(helm_binary: Path) -> None:
-    role = next(o for o in rendered(helm_binary) if o["kind"] == "ClusterRole")
-    expected = {(g, r, v) for (g, r), verbs in CONTRACT.items() for v in verbs}
-    granted = grants(role["rules"])
-    assert granted - expected == set(), "granted beyond the contract"
-    assert expected - granted == set(), "contract rules missing"
+def rbac(objects: list[dict]) -> list[dict]:
+    return [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")]
+
+
+def test_cluster_wide_install_grants_exactly_the_contract(helm_binary: Path) -> None:
+    objects = rbac(rendered(helm_binary))
+    assert sorted(o["kind"] for o in objects) == ["ClusterRole", "ClusterRoleBinding"]
+    role = next(o for o in objects if o["kind"] == "ClusterRole")
+    assert grants(role["rules"]) == expected(NAMESPACED, CLUSTER_ONLY)
+
+
+def test_watched_namespaces_get_roles_and_nothing_cluster_wide(helm_binary: Path) -> None:
+    objects = rbac(rendered(helm_binary, "--set", "watchNamespaces={team-a,team-b}"))
+    assert sorted((o["kind"], o["metadata"]["namespace"]) for o in objects) == [
+        ("Role", "team-a"), ("Role", "team-b"), ("RoleBinding", "team-a"), ("RoleBinding", "team-b")]
+    for role in (o for o in objects if o["kind"] == "Role"):
+        assert grants(role["rules"]) == expected(NAMESPACED, NAMESPACE_PEERING)
+
+
+def test_pod_proxy_only_with_the_proxy_transport(helm_binary: Path) -> None:
+    for values in ((), ("--set", "watchNamespaces={team-a}")):
+        direct = rbac(rendered(helm_binary, *values))
+        proxied = rbac(rendered(helm_binary, *values, "--set", "adminTransport=proxy"))
+        role = next(o for o in direct if o["kind"].endswith("Role"))
+        with_proxy = next(o for o in proxied if o["kind"].endswith("Role"))
+        assert grants(with_proxy["rules"]) - grants(role["rules"]) == expected(PROXY)
+
+
+def test_no_leases_namespaces_or_updates_in_any_mode(helm_binary: Path) -> None:
+    for values in ((), ("--set", "watchNamespaces={team-a}"), ("--set", "adminTransport=proxy")):
+        for role in (o for o in rbac(rendered(helm_binary, *values)) if o["kind"].endswith("Role")):
+            granted = grants(role["rules"])
+            assert not {r for _, r, _ in granted} & {"leases", "namespaces"}
+            assert not {v for _, _, v in granted} & {"update", "deletecollection", "escalate", "bind", "impersonate"}
 
 
 def test_binding_gives_the_role_to_the_operator_service_account(helm_binary: Path) -> None:
-    objects = rendered(helm_binary)
-    binding = next(o for o in objects if o["kind"] == "ClusterRoleBinding")
-    account = next(o for o in objects if o["kind"] == "ServiceAccount")
-    role = next(o for o in objects if o["kind"] == "ClusterRole")
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                  "name": role["metadata"]["name"]}
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "ops"}]
+    for values in ((), ("--set", "watchNamespaces={team-a}")):
+        objects = rendered(helm_binary, *values)
+        binding = next(o for o in objects if o["kind"].endswith("RoleBinding"))
+        role = next(o for o in objects if o["kind"] in ("ClusterRole", "Role"))
+        account = next(o for o in objects if o["kind"] == "ServiceAccount")
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role["kind"],
+                                      "name": role["metadata"]["name"]}
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
+                                        "namespace": "ops"}]
+
+
+def test_no_network_policy_grant_without_the_policy(helm_binary: Path) -> None:
+    role = next(o for o in rbac(rendered(helm_binary, "--set", "networkPolicy.create=false"))
+                if o["kind"] == "ClusterRole")
+    assert grants(role["rules"]) == expected(NAMESPACED, CLUSTER_ONLY) - expected(
+        {("networking.k8s.io", "networkpolicies"): ("create", "patch")})
 
 
 def test_rbac_and_service_account_can_be_left_to_the_user(helm_binary: Path) -> None:
     objects = rendered(helm_binary, "--set", "rbac.create=false", "--set", "serviceAccount.create=false",
                        "--set", "serviceAccount.name=provided")
-    assert {o["kind"] for o in objects} == {"Deployment", "ClusterKopfPeering", "ValidatingAdmissionPolicy",
-                                            "ValidatingAdmissionPolicyBinding"}
+    assert rbac(objects) == [] and not any(o["kind"] == "ServiceAccount" for o in objects)
     pod = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "provided"

@@ -18,7 +18,7 @@ CONTRACT_ENV = {
     "SLOTUNE_PROMETHEUS_URL", "SLOTUNE_RUNTIME_IMAGE", "SLOTUNE_RUNTIME_IMAGE_CPU", "SLOTUNE_VLLM_IMAGE",
     "SLOTUNE_WATCH_NAMESPACES", "SLOTUNE_PEERING", "SLOTUNE_LOG_LEVEL", "SLOTUNE_ADMIN_TRANSPORT",
     "SLOTUNE_ALLOWED_BUILTIN_IMAGES", "SLOTUNE_ALLOWED_VLLM_IMAGES", "SLOTUNE_ALLOW_EXTRA_ARGS",
-    "SLOTUNE_ALLOW_REMOTE_CODE",
+    "SLOTUNE_ALLOW_REMOTE_CODE", "SLOTUNE_NETWORK_POLICY_CLIENTS",
 }
 
 
@@ -87,7 +87,7 @@ def test_values_reach_the_operator_environment(helm_binary: Path) -> None:
         "--set", "runtime.image=registry.example/rt:1", "--set", "runtime.imageCpu=registry.example/rt:1-cpu",
         "--set", "runtime.vllmImage=registry.example/vllm:2", "--set", "logLevel=DEBUG",
         "--set", "peering.name=team-a", "--set", "image.tag=9.9.9", "--set", "replicas=2",
-        "--set", "adminTransport=proxy",
+        "--set", "adminTransport=proxy", "--set", "networkPolicy.create=false",
     ))
     assert env_of(container) == {
         "SLOTUNE_PROMETHEUS_URL": "http://prometheus-operated.monitoring:9090",
@@ -95,7 +95,7 @@ def test_values_reach_the_operator_environment(helm_binary: Path) -> None:
         "SLOTUNE_VLLM_IMAGE": "registry.example/vllm:2", "SLOTUNE_WATCH_NAMESPACES": "", "SLOTUNE_PEERING": "team-a",
         "SLOTUNE_LOG_LEVEL": "DEBUG", "SLOTUNE_ADMIN_TRANSPORT": "proxy",
         "SLOTUNE_ALLOWED_BUILTIN_IMAGES": "ghcr.io/slotune/runtime", "SLOTUNE_ALLOWED_VLLM_IMAGES": "vllm/vllm-openai",
-        "SLOTUNE_ALLOW_EXTRA_ARGS": "true", "SLOTUNE_ALLOW_REMOTE_CODE": "false",
+        "SLOTUNE_ALLOW_EXTRA_ARGS": "true", "SLOTUNE_ALLOW_REMOTE_CODE": "false", "SLOTUNE_NETWORK_POLICY_CLIENTS": "",
     }
     assert container["image"] == "ghcr.io/slotune/operator:9.9.9"
 

@@ -26,14 +26,14 @@ GPU_RUNTIME = ROOT / "gpu_runtime"
 
 LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
     {"cli", "__main__"},
-    {"controller", "local", "tunerbench", "validate", "apidocs", "crdgen"},
+    {"controller", "local", "tunerbench", "tracebench", "validate", "apidocs", "crdgen"},
     {"backends", "simulator"},
     {"loop"},
     {"policy"},
     {"diagnosis", "verification", "slo_bound", "canary", "canary_pool", "canary_noise"},
     {"perfmodel", "resources", "admission", "metrics", "loadgen", "quality"},
     {"api"},
-    {"knobs", "settings", "slo", "snapshot", "workload"},
+    {"knobs", "settings", "slo", "snapshot", "workload", "traces"},
 ))
 
 # Upward imports that stay until their owner restructures them: (importer, imported) with the reason.

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
+from slotune.api.tuning import TuningSpec
 from slotune.knobs import RuntimeConfig
 from slotune.loop import MemoryStateStore, Tuner, TuningProblem
 from slotune.loop.protocols import WindowOpen
 from slotune.perfmodel.deployment import Deployment
 from slotune.simulator.continuous import TraceDeployment, TraceSimulation
 from slotune.slo import SLOSpec
-from slotune.api.tuning import TuningSpec
 from slotune.workload import PlannedRequest
 
 DEPLOYMENT = Deployment.from_names("llama-3.1-8b", "nvidia-a100-40gb")

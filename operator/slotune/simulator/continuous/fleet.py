@@ -44,8 +44,9 @@ class FleetMember:
 
 class Fleet:
     def __init__(self, deployment: Deployment, config: RuntimeConfig, startup_s: float,
-                 spec_acceptance_rate: float = 0.0) -> None:
+                 spec_acceptance_rate: float = 0.0, record_itl: bool = True) -> None:
         self.deployment, self.startup_s, self.acceptance = deployment, startup_s, spec_acceptance_rate
+        self.record_itl = record_itl
         self.config = config
         self.members: list[FleetMember] = []
         self.gpus_per_replica = deployment.tensor_parallel
@@ -116,7 +117,7 @@ class Fleet:
         return (starting + serving)[:count]
 
     def _order(self, now_s: float, ready_at_s: float) -> None:
-        replica = TraceReplica(self.config, *self._engine(self.config), now_s=ready_at_s)
+        replica = TraceReplica(self.config, *self._engine(self.config), now_s=ready_at_s, record_itl=self.record_itl)
         self.members.append(FleetMember(replica, now_s, ready_at_s))
 
     def _engine(self, config: RuntimeConfig) -> tuple[StepTimeModel, int, SpeculationModel, float]:

@@ -40,9 +40,10 @@ class TraceReplica(ReplicaSimulator):
     """A replica that lives through the whole trace: `enqueue` at arrival, `advance_to` any time."""
 
     def __init__(self, config: RuntimeConfig, step_model: StepTimeModel, kv_capacity_tokens: int,
-                 speculation: SpeculationModel, draft_cost_s: float, now_s: float) -> None:
+                 speculation: SpeculationModel, draft_cost_s: float, now_s: float, record_itl: bool = True) -> None:
         super().__init__(config, step_model, kv_capacity_tokens, speculation, draft_cost_s)
         self.now_s = now_s
+        self.record_itl = record_itl  # off: no inter-token histogram (a third of the step's bookkeeping)
         self.blocks: OrderedDict[int, None] = OrderedDict()  # cached prompt blocks, least recently used first
 
     @property
@@ -73,6 +74,10 @@ class TraceReplica(ReplicaSimulator):
         return ReplicaCounters(len(self.records), self.num_failed, self.busy_s, self.running_seq_s,
                                self.waiting_seq_s, self.kv_token_s, self.num_preemptions, self.prefix_queries,
                                self.prefix_hits)
+
+    def _record_gap(self, gap_s: float, count: int) -> None:
+        if self.record_itl:
+            super()._record_gap(gap_s, count)
 
     # -- the block prefix cache -------------------------------------------------------------------------------------
 

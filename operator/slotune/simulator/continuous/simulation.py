@@ -4,6 +4,7 @@ Time advances through the trace's arrivals: before each arrival every replica is
 routed (fleet.py); a replica's queue and running batch carry over from one window to the next. Arrivals while no
 replica serves wait at the gateway and are routed, in order, when the first one is ready. `run_window` ends a window
 and returns its `MetricsSnapshot`, with the GPU time spent so far and the fleet's state readable in between.
+`record_itl=False` leaves the inter-token histogram out (a controller that reads only TTFT and TPOT).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from slotune.workload import PlannedRequest
 
 class TraceSimulation:
     def __init__(self, deployment: Deployment, config: RuntimeConfig, requests: Sequence[PlannedRequest],
-                 startup_s: float, spec_acceptance_rate: float = 0.0) -> None:
-        self.fleet = Fleet(deployment, config, startup_s, spec_acceptance_rate)
+                 startup_s: float, spec_acceptance_rate: float = 0.0, record_itl: bool = True) -> None:
+        self.fleet = Fleet(deployment, config, startup_s, spec_acceptance_rate, record_itl)
         self.acceptance = spec_acceptance_rate
         self.pending: deque[PlannedRequest] = deque(sorted(requests, key=lambda r: r.arrival_s))
         self.held: deque[PlannedRequest] = deque()  # arrived while no replica served

@@ -1,0 +1,57 @@
+"""Profiled capacity: the highest constant arrival rate one replica of a config serves within the SLO, found on the
+simulator, as Dynamo's planner profiles a worker before it plans (and as an offline sweep would rank configs).
+
+The requests are a stretch of the trace itself (lengths, prefix blocks and the pattern of its arrival gaps), its
+clock scaled to each rate tried, so the profile meets the trace's own burstiness; the first `WARMUP` are left out of
+the judgement (they meet an empty engine). The rate is doubled until the SLO breaks, then bisected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slotune.knobs import RuntimeConfig
+from slotune.perfmodel.deployment import Deployment
+from slotune.simulator.continuous import TraceSimulation
+from slotune.slo import SLOSpec
+from slotune.tracebench.attainment import percentiles_met
+from slotune.workload import PlannedRequest
+
+NUM_REQUESTS = 300
+WARMUP = 40
+BISECTIONS = 3
+
+
+@dataclass(frozen=True)
+class Capacity:
+    rate_per_s: float  # SLO-meeting arrivals per second per replica
+
+
+def meets_at(deployment: Deployment, config: RuntimeConfig, slo: SLOSpec, lengths: list[PlannedRequest],
+             rate_per_s: float) -> bool:
+    stretch = lengths[:NUM_REQUESTS]
+    first_s = stretch[0].arrival_s
+    scale = (len(stretch) / rate_per_s) / max(stretch[-1].arrival_s - first_s, 1e-9)
+    requests = [PlannedRequest((r.arrival_s - first_s) * scale, r.prompt_tokens, r.output_tokens, None,
+                               r.shared_prefix_tokens, r.prefix_block_ids) for r in stretch]
+    simulation = TraceSimulation(deployment, config.with_changes(replicas=1), requests, 0.0, record_itl=False)
+    span_s = requests[-1].arrival_s + 1.0
+    while not simulation.done:
+        simulation.run_window(span_s)
+        if simulation.now_s > 20 * span_s:  # hopelessly behind: it does not meet the SLO at this rate
+            return False
+    judged = [r for r in simulation.finished if r.arrival_s >= requests[min(WARMUP, len(requests) - 1)].arrival_s]
+    return percentiles_met(slo, judged, span_s)
+
+
+def profile_capacity(deployment: Deployment, config: RuntimeConfig, slo: SLOSpec,
+                     lengths: list[PlannedRequest]) -> Capacity:
+    low, high = 0.0, 0.5
+    while meets_at(deployment, config, slo, lengths, high):
+        low, high = high, high * 2
+        if high > 1000:
+            break
+    for _ in range(BISECTIONS):
+        middle = (low + high) / 2
+        low, high = (middle, high) if meets_at(deployment, config, slo, lengths, middle) else (low, middle)
+    return Capacity(low)

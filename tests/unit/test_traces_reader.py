@@ -54,7 +54,7 @@ def test_format_is_detected_named_or_refused(tmp_path: Path) -> None:
         detect_format(other)
     bad = tmp_path / "bad.csv"
     bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,0,3\n")
-    with pytest.raises(ValueError, match="bad.csv:2"):
+    with pytest.raises(ValueError, match=r"bad\.csv:2"):
         plan_trace(TraceReplay(bad, TraceFormat.AZURE))
 
 

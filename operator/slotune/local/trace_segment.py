@@ -68,6 +68,7 @@ class TraceSegment:
     def summary(self) -> dict[str, object]:
         return {"trace": self.source, "rate_per_s": round(self.planned.rate_per_s, 3),
                 "time_scale": round(self.planned.time_scale, 4), "segment_s": round(self.planned.duration_s, 1),
+                "planned_requests": len(self.planned.requests),
                 "requests": self.num_requests, "met": self.num_met, "attainment": self.attainment,
                 "replica_seconds": round(self.replica_s, 1), "windows": self.windows}
 

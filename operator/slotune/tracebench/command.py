@@ -81,7 +81,10 @@ def build_cases(args: argparse.Namespace) -> list[TraceCase]:
 
 
 def _run(job: tuple[TraceCase, bool]) -> CaseResult:
-    return run_case(job[0], with_slotune=job[1])
+    case, started = job[0], time.monotonic()
+    result = run_case(case, with_slotune=job[1])
+    print(f"{case.trace.name}: {case.model} on {case.accelerator}: {time.monotonic() - started:.0f} s", flush=True)
+    return result
 
 
 def run_cases(cases: list[TraceCase], with_slotune: bool, jobs: int) -> list[CaseResult]:

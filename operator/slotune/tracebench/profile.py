@@ -20,6 +20,7 @@ from slotune.workload import PlannedRequest
 NUM_REQUESTS = 300
 WARMUP = 40
 BISECTIONS = 3
+MIN_RATE_PER_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,9 @@ def profile_capacity(deployment: Deployment, config: RuntimeConfig, slo: SLOSpec
         low, high = high, high * 2
         if high > 1000:
             break
+    while low == 0.0 and high > MIN_RATE_PER_S:  # not even half a request a second: look lower
+        low, high = (high / 2, high) if meets_at(deployment, config, slo, lengths, high / 2) else (0.0, high / 2)
     for _ in range(BISECTIONS):
         middle = (low + high) / 2
         low, high = (middle, high) if meets_at(deployment, config, slo, lengths, middle) else (low, middle)
-    return Capacity(low)
+    return Capacity(max(low, MIN_RATE_PER_S))  # at the floor: the SLO fails even nearly idle

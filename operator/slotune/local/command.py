@@ -46,8 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace-rate", type=float, help="time-scale the segment to this mean req/s (this CPU's)")
     parser.add_argument("--trace-start-s", type=float, default=0.0, help="segment start, trace seconds")
     parser.add_argument("--trace-duration-s", type=float, default=600.0, help="segment length, trace seconds")
-    parser.add_argument("--max-prompt-tokens", type=int, help="cut the trace's prompts to this (the model's limit)")
-    parser.add_argument("--max-output-tokens", type=int, help="cut the trace's outputs to this")
+    parser.add_argument("--max-prompt-tokens", type=int,
+                        help="cut the trace's prompts to this (default: maxModelLen less the output cut)")
+    parser.add_argument("--max-output-tokens", type=int,
+                        help="cut the trace's outputs to this (default: a quarter of maxModelLen)")
 
 
 def runtime_args(model: TunedModel) -> tuple[str, ...]:
@@ -209,9 +211,12 @@ def run(args: argparse.Namespace) -> int:
 def trace_segment(args: argparse.Namespace, model: TunedModel) -> TraceSegment | None:
     if args.trace is None:
         return None
+    # Without cuts a request must still fit the model: outputs get a quarter of maxModelLen, prompts the rest.
+    limit = model.spec.model.max_model_len
+    max_output = args.max_output_tokens or (limit // 4 if limit else None)
+    max_prompt = args.max_prompt_tokens or (limit - max_output if limit and max_output else None)
     replay = TraceReplay(args.trace, rate_per_s=args.trace_rate, start_s=args.trace_start_s,
-                         duration_s=args.trace_duration_s, max_prompt_tokens=args.max_prompt_tokens,
-                         max_output_tokens=args.max_output_tokens)
+                         duration_s=args.trace_duration_s, max_prompt_tokens=max_prompt, max_output_tokens=max_output)
     return TraceSegment.load(replay, model.spec.slo)
 
 

@@ -25,6 +25,7 @@ BENCHMARKS = {
     "simulator": [sys.executable, "-m", "bench.validate_simulator"],
     "demo": [sys.executable, "-m", "bench.bench_demo"],
     "tuner": [sys.executable, "-m", "slotune.cli", "bench-tuner", "--scenarios", "bench/scenarios"],
+    "traces": [sys.executable, "-m", "bench.bench_traces"],
     "operator-scale": [sys.executable, "-m", "bench.bench_operator_scale"],
     "canary": [sys.executable, "-m", "bench.bench_canary"],
 }

@@ -318,6 +318,27 @@ def canary_summary(canary: Result) -> str:
             f"alone: {_pct(exact_slow['worse'])}). Simulated load ramps ({ramp}).")
 
 
+def traces_block(traces: Result) -> str:
+    """The trace benchmark (bench_traces.py): per trace and pair, each strategy's best variant with the engine config
+    that did best, attainment and GPU-hours on both passes."""
+    lines = ["| trace | model on accelerator (start-up) | strategy (engine config) | attainment pass 1 / 2 | "
+             "GPU-h pass 1 / 2 |", "|---|---|---|---|---|"]
+    for entry in traces["traces"]:
+        scaling = entry["scaling"]
+        where = (f"{entry['model']} on {entry['accelerator']} x{scaling['tensor_parallel']} "
+                 f"({scaling['startup_s']:.0f} s), {scaling['rate_per_s']:g} req/s")
+        best: dict[str, Result] = {}
+        for s in (s for s in entry["strategies"] if s.get("best", True)):
+            held = best.get(s["strategy"])
+            if held is None or (s["attainment"], -s["gpu_hours"]) > (held["attainment"], -held["gpu_hours"]):
+                best[s["strategy"]] = s
+        for s in best.values():
+            lines.append(f"| {entry['trace']} | {where} | {s['strategy']} ({s['engine_config']}) | "
+                         f"{s['first_pass']['attainment']:.2%} / {s['attainment']:.2%} | "
+                         f"{s['first_pass']['gpu_hours']:.2f} / {s['gpu_hours']:.2f} |")
+    return _block(lines)
+
+
 def _block(lines: list[str]) -> str:
     return "\n" + "\n".join(lines) + "\n"
 
@@ -409,6 +430,7 @@ def render_regions(results: Path) -> dict[str, str]:
         "tuner-shortfall": lambda: tuner_shortfall(tuner),
         "real-model": lambda: real_model_block(results),
         "canary": lambda: canary_summary(load(results, "canary")),
+        "traces": lambda: traces_block(load(results, "traces")),
     }
     return {name: render() for name, render in renderers.items()}
 

@@ -23,6 +23,7 @@ COMMANDS = (
     Command("tune", "slotune.local.command", "tune a TunedModel file against local runtime processes"),
     Command("bench", "slotune.loadgen.command", "drive a workload against an OpenAI-compatible server"),
     Command("bench-tuner", "slotune.tunerbench.command", "compare tuning strategies on simulated scenarios"),
+    Command("bench-traces", "slotune.tracebench.command", "slotune against replica autoscalers on a replayed trace"),
     Command("operator", "slotune.controller.command", "run the Kubernetes operator"),
     Command("crd", "slotune.commands.crdgen", "print or write the TunedModel CRD generated from the API models"),
     Command("api-docs", "slotune.commands.apidocs", "print or write the TunedModel field reference in markdown"),

@@ -224,7 +224,8 @@ class PlannedRequest:
     prompt_tokens: int
     output_tokens: int
     prefix_group: int | None  # None: no shared prefix
-    shared_prefix_tokens: int  # 0 when prefix_group is None
+    shared_prefix_tokens: int  # 0 when prefix_group is None and no prefix_block_ids
+    prefix_block_ids: tuple[int, ...] = ()  # a replayed trace's prompt blocks (slotune.traces): equal ids, equal text
 
 
 def interarrival_gaps_s(spec: WorkloadSpec, rng: np.random.Generator, size: int) -> np.ndarray:

@@ -26,14 +26,14 @@ GPU_RUNTIME = ROOT / "gpu_runtime"
 
 LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
     {"cli", "__main__"},
-    {"controller", "local", "tunerbench", "commands"},
+    {"controller", "local", "tunerbench", "tracebench", "commands"},
     {"backends", "simulator"},
     {"loop"},
     {"policy"},
     {"judge"},
     {"perfmodel", "manifests", "metrics", "loadgen", "quality"},
     {"api"},
-    {"knobs", "settings", "slo", "snapshot", "workload"},
+    {"knobs", "settings", "slo", "snapshot", "workload", "traces"},
 ))
 
 # Upward imports that stay until their owner restructures them: (importer, imported) with the reason.

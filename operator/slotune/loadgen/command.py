@@ -16,6 +16,7 @@ from slotune.loadgen.prompts import load_trace
 from slotune.loadgen.runner import RunPlan, run_workload
 from slotune.loadgen.stats import summarize
 from slotune.slo import SLOSpec
+from slotune.traces import TraceReplay, recorded_format
 from slotune.workload import Arrival, LengthDistribution, Profile, WorkloadSpec
 
 
@@ -31,8 +32,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt-tokens", type=float, nargs=2, metavar=("P50", "P99"))
     parser.add_argument("--output-tokens", type=float, nargs=2, metavar=("P50", "P99"))
     parser.add_argument("--max-prompt-tokens", type=int, help="cut prompts to this length")
-    parser.add_argument("--trace", type=Path, help="replay this JSONL trace (one request a line: timestamp, prompt or "
-                        "prompt_tokens, output_tokens) instead of generating requests")
+    parser.add_argument("--trace", type=Path, help="replay this trace instead of generating requests: slotune's JSONL "
+                        "(one request a line: timestamp, prompt or prompt_tokens, output_tokens), an Azure CSV or a "
+                        "Mooncake JSONL (format detected)")
+    parser.add_argument("--trace-rate", type=float, help="time-scale an Azure/Mooncake trace to this mean req/s")
+    parser.add_argument("--trace-start-s", type=float, default=0.0, help="replay from this many trace seconds in")
+    parser.add_argument("--trace-duration-s", type=float, help="replay this many trace seconds (before scaling)")
+    parser.add_argument("--max-output-tokens", type=int, help="cut a replayed trace's outputs to this length")
     length = parser.add_mutually_exclusive_group()
     length.add_argument("--duration-s", type=float, help="stop arrivals after this long (with --trace: optional)")
     length.add_argument("--num-requests", type=int, help="send this many (with --trace: optional, its first N)")
@@ -73,6 +79,15 @@ def _lengths(base: LengthDistribution | None, p50_p99: list[float] | None, max_t
     return out or None
 
 
+def trace_replay_from_args(args: argparse.Namespace) -> TraceReplay | None:
+    """How to replay an Azure or Mooncake trace (None for slotune's own JSONL, replayed as recorded)."""
+    if args.trace is None or recorded_format(args.trace) is None:
+        return None
+    return TraceReplay(args.trace, rate_per_s=args.trace_rate, start_s=args.trace_start_s,
+                       duration_s=args.trace_duration_s, max_prompt_tokens=args.max_prompt_tokens,
+                       max_output_tokens=args.max_output_tokens)
+
+
 def slo_from_args(args: argparse.Namespace) -> SLOSpec | None:
     targets: dict[str, dict[str, float]] = {}
     for metric in ("ttft", "tpot", "e2e"):
@@ -86,7 +101,7 @@ def slo_from_args(args: argparse.Namespace) -> SLOSpec | None:
 def run(args: argparse.Namespace) -> int:
     if args.trace is None and args.duration_s is None and args.num_requests is None:
         raise SystemExit("slotune bench: give --duration-s, --num-requests or --trace")
-    trace = load_trace(args.trace) if args.trace is not None else None
+    trace = load_trace(args.trace, trace_replay_from_args(args)) if args.trace is not None else None
     if trace is not None and not trace:
         raise SystemExit(f"slotune bench: {args.trace} holds no requests")
     spec, slo = workload_from_args(args), slo_from_args(args)

@@ -4,14 +4,15 @@ The client does not know the server's tokenizer, so a prompt of N tokens is made
 " of", ...), which large BPE vocabularies encode as about one token each; small vocabularies split them. The runner
 measures the server's tokens per word on its warm-up requests (`usage.prompt_tokens`) and scales the word counts, so
 planned lengths hold on any tokenizer.
-Requests of one prefix group start with byte-identical text (seeded by the group) so a prefix cache can hit; every
-request's own suffix starts with a unique marker so prompts never share more than the planned prefix.
+Requests of one prefix group start with byte-identical text (seeded by the group) so a prefix cache can hit, and so
+do a replayed trace's requests block for block where their prompt block ids agree (`block_text`); every request's
+own suffix starts with a unique marker so prompts never share more than the planned prefix.
 With `promptText: chat` the same lengths are written from real chat text instead (chat_prompts.json, shipped with
 slotune): a group's prefix from its system prompt, a request's suffix from user messages picked by its seed, cut at
 the planned word count (a message runs on into the next where it is short). The calibration then measures that
 text's tokens per word, since it sends prompts of the same kind.
 A trace is JSONL, one request per line: `timestamp` (seconds), `prompt` (text) or `prompt_tokens` (a length), and
-`output_tokens`.
+`output_tokens`; or a recorded production trace, Azure CSV or Mooncake JSONL, read by `slotune.traces`.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
+from slotune.traces import TraceReplay, plan_trace, recorded_format
 from slotune.workload import PlannedRequest, PromptText
 
+BLOCK_SEED = 7_919  # seeds a trace block's words apart from prefix groups' and suffixes'
 WORDS = ("the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on", "not",
          "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "had", "they", "you")
 
@@ -88,7 +91,9 @@ def prompt_for(request: PlannedRequest, index: int, seed: int = 0, tokens_per_wo
         return max(1, round(tokens / tokens_per_word))
 
     prefix = ""
-    if request.prefix_group is not None and request.shared_prefix_tokens > 0:
+    if request.prefix_block_ids:
+        prefix = block_text(request.prefix_block_ids, request.shared_prefix_tokens, tokens_per_word) + " "
+    elif request.prefix_group is not None and request.shared_prefix_tokens > 0:
         prefix_words = num_words(request.shared_prefix_tokens)
         prefix = (system_prefix(request.prefix_group, prefix_words) if text is PromptText.CHAT
                   else words(prefix_words, seed=1_000_003 * (request.prefix_group + 1))) + " "
@@ -97,6 +102,13 @@ def prompt_for(request: PlannedRequest, index: int, seed: int = 0, tokens_per_wo
     suffix_seed = (seed % 2**32, index % 2**32)
     own = user_text if text is PromptText.CHAT else words
     return prefix + f"#{index} " + own(num_words(suffix_tokens) - 1, seed=suffix_seed)
+
+
+def block_text(block_ids: Sequence[int], num_tokens: int, tokens_per_word: float = 1.0) -> str:
+    """A replayed trace's shared prompt blocks as text: each block id always gives the same words, so requests whose
+    ids agree share their text block for block (and a prefix cache hits on it)."""
+    per_block = max(1, round(num_tokens / max(len(block_ids), 1) / tokens_per_word))
+    return " ".join(words(per_block, seed=(BLOCK_SEED, block_id % 2**32)) for block_id in block_ids)
 
 
 def tokens_per_word(planned_tokens: Sequence[int], served_tokens: Sequence[int]) -> float:
@@ -114,8 +126,12 @@ class TraceRequest:
     prompt: str | None  # recorded text, when the trace has it
 
 
-def load_trace(path: Path) -> list[TraceRequest]:
-    """Requests of a JSONL trace, arrival times shifted so the first is at 0 and sorted."""
+def load_trace(path: Path, replay: TraceReplay | None = None) -> list[TraceRequest]:
+    """Requests of a trace, arrival times shifted so the first is at 0 and sorted: slotune's JSONL, or an Azure CSV or
+    Mooncake JSONL trace (slotune.traces), which `replay` may cut, time-scale and length-limit."""
+    if recorded_format(path) is not None or replay is not None:
+        chosen = replay or TraceReplay(path)
+        return [TraceRequest(r, None) for r in plan_trace(chosen).requests]
     rows = []
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():

@@ -24,11 +24,13 @@ from slotune.local.measurement import LocalMeasurement
 from slotune.local.model_config import model_config
 from slotune.local.replicas import LocalReplicas, ReplicaSettings
 from slotune.local.report import ReportWriter
+from slotune.local.trace_segment import TraceSegment
 from slotune.local.view import render
 from slotune.loop import FileStateStore, Tuner, TuningProblem, TuningState
 from slotune.manifests.resources import slo_bucket_edges
 from slotune.perfmodel.model_profile import ModelProfile
 from slotune.quality import QualityGate
+from slotune.traces import TraceReplay
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +41,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-windows", type=int, help="stop after this many windows (default: 4x maxIterations)")
     parser.add_argument("--resume", action="store_true", help="continue from the state file of an earlier run")
     parser.add_argument("--no-live", action="store_true", help="print one line per window instead of a live view")
+    parser.add_argument("--trace", type=Path, help="replay this Azure CSV or Mooncake JSONL trace segment window by "
+                        "window instead of generating spec.workload's requests (spec.workload still warms up)")
+    parser.add_argument("--trace-rate", type=float, help="time-scale the segment to this mean req/s (this CPU's)")
+    parser.add_argument("--trace-start-s", type=float, default=0.0, help="segment start, trace seconds")
+    parser.add_argument("--trace-duration-s", type=float, default=600.0, help="segment length, trace seconds")
+    parser.add_argument("--max-prompt-tokens", type=int,
+                        help="cut the trace's prompts to this (default: maxModelLen less the output cut)")
+    parser.add_argument("--max-output-tokens", type=int,
+                        help="cut the trace's outputs to this (default: a quarter of maxModelLen)")
 
 
 def runtime_args(model: TunedModel) -> tuple[str, ...]:
@@ -56,7 +67,8 @@ def runtime_args(model: TunedModel) -> tuple[str, ...]:
 class LocalRun:
     """One `slotune tune` run: replicas, measurement, state file and tuner, wired together."""
 
-    def __init__(self, model: TunedModel, source: str, out: Path, prometheus_url: str | None, resume: bool) -> None:
+    def __init__(self, model: TunedModel, source: str, out: Path, prometheus_url: str | None, resume: bool,
+                 segment: TraceSegment | None = None) -> None:
         if model.spec.workload is None:
             raise SystemExit(f"{model.metadata.name}: local mode drives spec.workload itself; the file has none")
         self.model, self.out = model, out
@@ -66,7 +78,8 @@ class LocalRun:
         ))
         self.measurement = LocalMeasurement(model.spec.workload, lambda: self.replicas.urls, model.spec.model.name,
                                             prometheus_url, warmup_s=model.spec.tuning.warmup_s,
-                                            changed_at_s=lambda: self.replicas.changed_at_s)
+                                            changed_at_s=lambda: self.replicas.changed_at_s, segment=segment)
+        self.segment = segment
         self.store = FileStateStore(out / "state.json")
         if not resume and self.store.path.exists():
             self.store.path.unlink()
@@ -106,7 +119,9 @@ def _loop(run: LocalRun, max_windows: int, live: Live | None, console: Console, 
     report.write(state.to_status())
     name, spec = run.model.metadata.name, run.model.spec
     for _ in range(max_windows):
-        if state.at_rest:  # converged replicas are right-sized first (trims), as on Kubernetes
+        if state.at_rest and run.segment is None:  # converged replicas are right-sized first (trims), as on Kubernetes
+            break
+        if run.segment is not None and run.segment.done:  # a replayed segment runs to its end, at rest or not
             break
         if spec.tuning.mode is TuningMode.OFF and state.iteration >= 1:
             break
@@ -156,9 +171,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     out = args.out or Path("runs") / model.metadata.name
     source = args.model or model.spec.model.source
-    max_windows = args.max_windows or 4 * model.spec.tuning.max_iterations
+    segment = trace_segment(args, model)
+    max_windows = args.max_windows or (segment.num_windows(model.spec.tuning.window_s) if segment
+                                       else 4 * model.spec.tuning.max_iterations)
     signal.signal(signal.SIGTERM, _on_sigterm)
-    local = LocalRun(model, source, out, args.prometheus_url, args.resume)
+    local = LocalRun(model, source, out, args.prometheus_url, args.resume, segment)
     report = ReportWriter(model, out)
     state: TuningState | None = None
     interrupted = False
@@ -179,12 +196,28 @@ def run(args: argparse.Namespace) -> int:
         return 130 if interrupted else 1
     files = report.write(state.to_status())
     console.print(_summary(state), f"report: {files.markdown}  {files.plot}  {files.json}", sep="\n")
+    if segment is not None:
+        with files.markdown.open("a") as markdown:
+            markdown.write("\n" + segment.markdown())
+        console.print(segment.markdown(), f"trace replay: {segment.write(out)}", sep="\n")
     # The process ends next: the interpreter's final garbage collection of this heap (pydantic, numpy, matplotlib)
     # costs ~0.6 s of CPU that the OS would free anyway; frozen objects are skipped (measured 0.6 s -> 0.07 s).
     gc.freeze()
     if interrupted:
         return 130
     return 0 if state.phase in (Phase.CONVERGED, Phase.INFEASIBLE) or model.spec.tuning.mode is TuningMode.OFF else 1
+
+
+def trace_segment(args: argparse.Namespace, model: TunedModel) -> TraceSegment | None:
+    if args.trace is None:
+        return None
+    # Without cuts a request must still fit the model: outputs get a quarter of maxModelLen, prompts the rest.
+    limit = model.spec.model.max_model_len
+    max_output = args.max_output_tokens or (limit // 4 if limit else None)
+    max_prompt = args.max_prompt_tokens or (limit - max_output if limit and max_output else None)
+    replay = TraceReplay(args.trace, rate_per_s=args.trace_rate, start_s=args.trace_start_s,
+                         duration_s=args.trace_duration_s, max_prompt_tokens=max_prompt, max_output_tokens=max_output)
+    return TraceSegment.load(replay, model.spec.slo)
 
 
 def _summary(state: TuningState) -> str:

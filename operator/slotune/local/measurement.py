@@ -21,8 +21,10 @@ from collections.abc import Callable, Sequence
 import httpx
 
 from slotune.knobs import Engine
+from slotune.loadgen.prompts import TraceRequest
 from slotune.loadgen.runner import RunPlan, run_workload
 from slotune.loadgen.stats import client_snapshot
+from slotune.local.trace_segment import TraceSegment
 from slotune.metrics.exposition import Exposition
 from slotune.metrics.names import MetricNames, names_for
 from slotune.metrics.promql import Selector, promql_snapshot
@@ -41,8 +43,10 @@ class LocalMeasurement:
 
     def __init__(self, workload: WorkloadSpec, urls: Callable[[], Sequence[str]], model: str,
                  prometheus_url: str | None = None, warmup_requests: int = 4, warmup_s: float = 0.0,
-                 changed_at_s: Callable[[], float | None] = lambda: None) -> None:
+                 changed_at_s: Callable[[], float | None] = lambda: None, segment: TraceSegment | None = None
+                 ) -> None:
         self.workload, self.urls, self.model = workload, urls, model
+        self.segment = segment  # a trace segment replayed window by window instead of the generated workload
         self.prometheus_url = prometheus_url
         self.warmup_requests = warmup_requests
         self.warmup_s = warmup_s
@@ -73,15 +77,22 @@ class LocalMeasurement:
             before = [fetch_exposition(scraper, f"{url}/metrics") for url in urls]
             started = self.window_started_at_s = time.monotonic()
             with GaugeSampler(urls, self.names, {self.names.model_label: self.model}) as gauges:
-                result = asyncio.run(run_workload(self.workload, plan))
+                result = asyncio.run(run_workload(self.workload, plan, self._trace_window(window_s)))
+                if self.segment is not None:  # a lull in the trace is waited out: the segment keeps its clock
+                    time.sleep(max(0.0, started + window_s - time.monotonic()))
             self.tokens_per_word = result.tokens_per_word
             after = [fetch_exposition(scraper, f"{url}/metrics") for url in urls]
             measured_s = time.monotonic() - started
+        if self.segment is not None:
+            self.segment.record(result.records, len(urls), measured_s)
         client = client_snapshot(result.records, result.duration_s)
         server = self._server_side(before, after, measured_s)
         if server is not None and not self.prometheus_url:
             server = gauges.apply(server)
         return merge(client, server)
+
+    def _trace_window(self, window_s: float) -> list[TraceRequest] | None:
+        return None if self.segment is None else self.segment.next_window(window_s)
 
     def _warm_up(self, urls: tuple[str, ...]) -> None:
         """Drive the workload, unmeasured, for `warmup_requests`, and on until `warmup_s` after the last change

@@ -37,6 +37,7 @@ from slotune.loop import drain, rebaseline
 from slotune.loop.protocols import ApplyResult, Backend, MeasurementSource, MetricsUnavailable, StateStore, WindowOpen
 from slotune.loop.shift import MAX_REFERENCE, LoadShift, WindowLoad, detect_shift
 from slotune.loop.state import HistoryRecord, InfeasibleReport, PendingChange, TuningState, now_utc
+from slotune.metrics.domain import checked
 from slotune.perfmodel.accelerators import accelerator
 from slotune.perfmodel.deployment import Deployment
 from slotune.perfmodel.model_profile import ModelProfile
@@ -108,12 +109,13 @@ class Tuner:
         self.problem, self.backend, self.source, self.store, self.clock = problem, backend, source, store, clock
         self.quality = quality  # judges changes that can alter outputs (slotune.quality); None: latency alone
         self.wake_at_s: float | None = None  # when the last step expects the next one to have work (None: soon)
+        self._ignored = ""  # this step's window's readings dropped as out of their domain (metrics.domain)
 
     # -- public ---------------------------------------------------------------------------------------------------
 
     def step(self) -> TuningState:
         """Judge one window (or advance a rollout, or finish an interrupted apply). Returns the saved state."""
-        self.wake_at_s = None
+        self.wake_at_s, self._ignored = None, ""
         state = self.store.load() or self._start()
         if state.rollout is not None:
             state = self._await_rollout(state)
@@ -211,7 +213,11 @@ class Tuner:
         served = self.backend.apply(state.running)
         if not served.ok or served.changed:
             return self._save(self._drifted(state, served))
-        return snapshot
+        check = checked(snapshot)
+        if check.snapshot is None:  # a verdict drawn from it would be drawn from a counter reset or a NaN
+            return self._save(state.evolve(metrics_available=False, message=f"{check.describe()}; measuring again"))
+        self._ignored = check.describe()
+        return check.snapshot
 
     def _pool_short(self, state: TuningState, snapshot: MetricsSnapshot) -> tuple[MetricsSnapshot, TuningState]:
         """Windows too small to judge pool with the next ones of the same config: a slow config serves few requests
@@ -693,6 +699,8 @@ class Tuner:
                              verification=method)
 
     def _save(self, state: TuningState) -> TuningState:
+        if self._ignored and self._ignored not in state.message:  # said in status whatever the step decided
+            state = state.evolve(message=f"{state.message}; {self._ignored}")
         self.store.save(state)
         return state
 

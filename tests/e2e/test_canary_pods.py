@@ -6,7 +6,7 @@ back after each step, and the sibling never changes during a canary.
 The test plays the loop's part (start the canary, judge its window, end it and apply the verdict), as
 test_pod_config_invariant does; the operator's Kubernetes backend, per-pod reads (slotune.metrics.per_pod) and
 decision rule (slotune.judge.canary) are the real ones, as are the control plane, Prometheus and the runtime processes
-(tests/e2e/harness/kubelet.py runs one per Ready pod of kwok's fake nodes). tests/unit/test_loop_canary.py covers
+(tests/e2e/harness/kubelet.py runs one per Ready pod of kwok's fake nodes). tests/unit/loop/test_loop_canary.py covers
 the tuner's side of the same path.
 """
 

@@ -196,4 +196,4 @@ def rolled_back_first(state: TuningState) -> None:
     entry = state.history[0]
     assert entry.verdict.value == "RolledBack" and entry.verification is not None, entry
     assert entry.verification.value == "Canary" and "quality judged first" in entry.detail, entry
-    assert "token agreement" in entry.detail and state.observed is None  # no latency window was judged
+    assert "token agreement" in entry.detail and state.measured.observed is None  # no latency window was judged

@@ -94,8 +94,8 @@ def test_attainment_is_counted_at_edges_the_runtime_exposes_and_bracketed_inside
     state = tuner.run(max_windows=6)
     assert state.phase is Phase.CONVERGED, state.message
     assert "within" in state.message and "90.00% required" in state.message
-    assert state.observed is not None
-    rows = {r.target: r for r in state.observed.attainment}
+    assert state.measured.observed is not None
+    rows = {r.target: r for r in state.measured.observed.attainment}
     assert set(rows) == {"ttft_p99", "tpot_p99", "e2e_p99"}
     assert all(r.exact and r.required == 0.9 and r.lower_bound is not None for r in rows.values())
     (url,) = local_run.replicas.urls

@@ -13,12 +13,11 @@ Imports are read from the source with `ast`, so every import counts, including o
 
 from __future__ import annotations
 
-import ast
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.unit.import_graph import imports_of, sources
 
 ROOT = Path(__file__).resolve().parents[2]
 SLOTUNE = ROOT / "operator" / "slotune"
@@ -40,34 +39,6 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
 EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
-@dataclass(frozen=True)
-class Import:
-    path: Path
-    line: int
-    module: str  # the imported module, absolute
-
-
-def _absolute(node: ast.ImportFrom, path: Path, package_root: Path, package: str) -> str:
-    if node.level == 0:
-        return node.module or ""
-    parts = list(path.relative_to(package_root.parent).with_suffix("").parts)
-    base = parts[: len(parts) - node.level]
-    return ".".join([*base, node.module] if node.module else base) or package
-
-
-def imports_of(path: Path, package_root: Path) -> Iterator[Import]:
-    tree = ast.parse(path.read_text(), filename=str(path))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            yield from (Import(path, node.lineno, alias.name) for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            module = _absolute(node, path, package_root, package_root.name)
-            yield Import(path, node.lineno, module)
-            # `from slotune import api` imports the submodule slotune.api
-            if module == package_root.name:
-                yield from (Import(path, node.lineno, f"{module}.{alias.name}") for alias in node.names)
-
-
 def part_of(module: str) -> str | None:
     """The top-level part of slotune a module belongs to (`slotune.api.spec` -> `api`); None for the package."""
     names = module.split(".")
@@ -78,23 +49,19 @@ def layer_of(part: str) -> int:
     return next(i for i, layer in enumerate(LAYERS) if part in layer)
 
 
-def _sources(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
-
-
 def _own_part(path: Path) -> str:
     return path.relative_to(SLOTUNE).parts[0].removesuffix(".py")
 
 
 def test_every_part_of_slotune_has_a_layer() -> None:
-    parts = {_own_part(p) for p in _sources(SLOTUNE)} - {"__init__"}
+    parts = {_own_part(p) for p in sources(SLOTUNE)} - {"__init__"}
     placed = set().union(*LAYERS)
     assert not parts - placed, f"place these in LAYERS: {sorted(parts - placed)}"
 
 
 def upward_imports() -> list[str]:
     found = []
-    for path in _sources(SLOTUNE):
+    for path in sources(SLOTUNE):
         importer = _own_part(path)
         if importer == "__init__":
             continue
@@ -115,7 +82,7 @@ def test_no_upward_imports_in_slotune() -> None:
 def test_every_exception_is_still_needed() -> None:
     """An exception whose import is gone must go too, or it would silently allow the import to come back."""
     needed = set()
-    for path in _sources(SLOTUNE):
+    for path in sources(SLOTUNE):
         importer = _own_part(path)
         needed |= {(importer, part_of(i.module)) for i in imports_of(path, SLOTUNE)}
     assert set(EXCEPTIONS) <= needed
@@ -123,7 +90,7 @@ def test_every_exception_is_still_needed() -> None:
 
 @pytest.mark.parametrize(("root", "forbidden"), [(SLOTUNE, "gpu_runtime"), (GPU_RUNTIME, "slotune")])
 def test_slotune_and_the_runtime_share_no_imports(root: Path, forbidden: str) -> None:
-    crossing = [f"{i.path.relative_to(ROOT)}:{i.line}: {i.module}" for p in _sources(root)
+    crossing = [f"{i.path.relative_to(ROOT)}:{i.line}: {i.module}" for p in sources(root)
                 for i in imports_of(p, root) if i.module.split(".")[0] == forbidden]
     assert crossing == []
 
@@ -134,5 +101,5 @@ def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
     (package / "api").mkdir(parents=True)
     source = package / "api" / "spec.py"
     source.write_text("def f():\n    from ..controller import run\n")
-    assert [part_of(i.module) for i in imports_of(source, package)] == ["controller"]
+    assert {part_of(i.module) for i in imports_of(source, package)} == {"controller"}
     assert layer_of("controller") < layer_of("api")

@@ -11,14 +11,11 @@ from __future__ import annotations
 import ssl
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 from kubernetes import client, config
 from prometheus_client import Counter, Histogram
-
-if TYPE_CHECKING:
-    from slotune.backends.kube_cache import ChildCache
 
 FIELD_MANAGER = "slotune"
 # By method and resource (subresource after a slash: "tunedmodels/status", "pods/proxy"): what each request is for
@@ -102,6 +99,20 @@ def _tls(configuration: client.Configuration) -> ssl.SSLContext | bool:
     return context
 
 
+class CachedKind(Protocol):
+    """One kind's objects as a watch holds them (kube_cache.KindCache)."""
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def put(self, obj: dict[str, Any]) -> None: ...
+
+
+class WatchedChildren(Protocol):
+    """The watched children (kube_cache.ChildCache), declared here so the client does not import its cache."""
+
+    def of(self, kind: str, namespace: str) -> CachedKind | None: ...
+
+
 class KubeAPI:
     def __init__(self, credentials: Credentials, timeout_s: float = 10.0, max_connections: int = 10) -> None:
         """One client shared by the operator's worker threads (httpx's pool is thread-safe); `max_connections`
@@ -110,7 +121,7 @@ class KubeAPI:
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         self._http = httpx.Client(base_url=credentials.host, verify=credentials.tls, timeout=timeout_s, limits=limits)
         self._served: dict[tuple[str, str], tuple[bool, float]] = {}  # (group/version, plural) -> (served, when)
-        self.children: ChildCache | None = None  # the watched children (kube_cache); None: every read is a GET
+        self.children: WatchedChildren | None = None  # the watched children (kube_cache); None: every read is a GET
 
     def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """One object: from the watch cache when it holds the kind (synced), else a GET."""

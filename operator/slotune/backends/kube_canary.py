@@ -1,7 +1,7 @@
 """The canary on Kubernetes: one ready pod runs the candidate config while its siblings keep the running one.
 
 Which pod is the canary, and what it runs, is an annotation on the Deployment (`slotune.io/canary`), never memory of
-the operator's: the backend's read-back of every ready pod (`KubernetesBackend._sync_pods`) wants the canary's config
+the operator's: the backend's read-back of every ready pod (`CanaryBackend._sync_pods`) wants the canary's config
 on that pod and the running config on every other, so the invariant reads "every ready pod runs the config the
 status says it runs", and an operator restarted mid-canary repairs the same split. Ending the canary removes the
 annotation; the next `apply` then brings every pod to one config: the candidate (promote: only the siblings are
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from slotune.backends.kube_api import object_path
 from slotune.backends.kube_canary_pod import (
@@ -26,12 +26,8 @@ from slotune.backends.kube_canary_pod import (
     delete_extra_pod,
     start_extra_pod,
 )
+from slotune.backends.kube_canary_start import CanaryBackend, CanaryStart, openai_endpoint
 from slotune.knobs import RuntimeConfig
-from slotune.loop.protocols import ApplyResult
-from slotune.manifests.resources import RUNTIME_PORT
-
-if TYPE_CHECKING:
-    from slotune.backends.kube_deployment import KubernetesBackend
 
 CANARY_ANNOTATION = "slotune.io/canary"
 
@@ -56,24 +52,7 @@ class CanaryAssignment:
         return cls(found["pod"], RuntimeConfig.model_validate(found["config"]), found.get("generation"))
 
 
-@dataclass(frozen=True)
-class CanaryStart:
-    pod: str
-    result: ApplyResult  # how sending the candidate to the canary pod went (in progress, ok, failed)
-    endpoint: str | None = None  # the canary pod's OpenAI endpoint (base URL), once it has a pod
-
-
-def openai_endpoint(backend: KubernetesBackend, pod: dict[str, Any]) -> str | None:
-    """A pod's OpenAI base URL, as the quality gate reaches the ready pods: the pod endpoints file where one is set
-    (tests, a laptop), else the pod IP; None for a pod with neither yet."""
-    if backend.settings.pod_endpoints_file is not None:
-        listed = backend.settings.pod_endpoints().get(f"{backend.namespace}/{pod['metadata']['name']}")
-        return listed.rstrip("/") if listed else None
-    ip = (pod.get("status") or {}).get("podIP")
-    return f"http://{ip}:{RUNTIME_PORT}" if ip else None
-
-
-def start_canary(backend: KubernetesBackend, running: RuntimeConfig, candidate: RuntimeConfig) -> CanaryStart | None:
+def start_canary(backend: CanaryBackend, running: RuntimeConfig, candidate: RuntimeConfig) -> CanaryStart | None:
     """Send `candidate` to one ready pod (the first by name; the one already named when asked again), the siblings
     untouched; a change that needs a restart runs on one extra pod instead (backends.kube_canary_pod). None when
     this change cannot be a canary: another replica count, fewer than two pods ready for a live one, no room for
@@ -97,14 +76,14 @@ def start_canary(backend: KubernetesBackend, running: RuntimeConfig, candidate: 
     return CanaryStart(pod, backend.apply(running), openai_endpoint(backend, ready[pod]) if pod in ready else None)
 
 
-def end_canary(backend: KubernetesBackend) -> None:
+def end_canary(backend: CanaryBackend) -> None:
     """Forget the canary: the next apply brings every pod to the config it is asked for."""
     if CanaryAssignment.of(backend.deployment()) is not None:
         _annotate(backend, None)
     delete_extra_pod(backend)
 
 
-def end_stale_canary(backend: KubernetesBackend) -> bool:
+def end_stale_canary(backend: CanaryBackend) -> bool:
     """A canary started by the loop of an earlier spec generation is ended: a new generation starts a new loop,
     which knows nothing of it, so the canary pod would keep the old candidate (the pod-config invariant reads the
     annotation) and an extra canary pod would keep serving beside the new config. The annotation goes (the new
@@ -126,7 +105,7 @@ def end_stale_canary(backend: KubernetesBackend) -> bool:
     return ended
 
 
-def _annotate(backend: KubernetesBackend, value: str | None) -> None:
+def _annotate(backend: CanaryBackend, value: str | None) -> None:
     backend._wrote()
     path = object_path("Deployment", backend.namespace, backend.names.deployment)
     backend.api.merge_patch(path, {"metadata": {"annotations": {CANARY_ANNOTATION: value}}})

@@ -19,16 +19,14 @@ the status' config) and the status' replica counts (the main Deployment's) never
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from slotune.backends.kube_api import KubeError, object_path
+from slotune.backends.kube_canary_start import CanaryBackend, CanaryStart, openai_endpoint
+from slotune.backends.kube_pods import pod_problem, pod_ready, rollout_state, runs
 from slotune.knobs import Engine, RuntimeConfig
 from slotune.loop.protocols import ApplyResult
 from slotune.manifests.resources import build_deployment, config_from_annotation, selector_labels
-
-if TYPE_CHECKING:
-    from slotune.backends.kube_canary import CanaryStart
-    from slotune.backends.kube_deployment import KubernetesBackend
 
 CANARY_POD_LABEL = "slotune.io/canary-pod"
 CANARY_GENERATION_ANNOTATION = "slotune.io/canary-generation"  # the spec generation whose loop started it
@@ -38,14 +36,14 @@ def canary_deployment_name(tunedmodel: str) -> str:
     return f"{tunedmodel}-canary"
 
 
-def room_for_one_more(backend: KubernetesBackend, running: RuntimeConfig) -> bool:
+def room_for_one_more(backend: CanaryBackend, running: RuntimeConfig) -> bool:
     """replicas + 1 <= maxReplicas (spec.tuning.bounds.maxReplicas, or spec.replicas when absent)."""
     spec = backend.tm.spec
     bound = spec.tuning.bounds.max_replicas or spec.replicas
     return running.replicas + 1 <= bound
 
 
-def build_canary_deployment(backend: KubernetesBackend, candidate: RuntimeConfig, token_uid: str) -> dict[str, Any]:
+def build_canary_deployment(backend: CanaryBackend, candidate: RuntimeConfig, token_uid: str) -> dict[str, Any]:
     """The main Deployment's manifest for `candidate`, one replica, renamed, its pods marked as the canary's."""
     manifest = build_deployment(backend.tm, candidate.with_changes(replicas=1), backend.settings, token_uid)
     manifest["metadata"]["name"] = canary_deployment_name(backend.tm.metadata.name)
@@ -59,22 +57,19 @@ def build_canary_deployment(backend: KubernetesBackend, candidate: RuntimeConfig
     return manifest
 
 
-def canary_deployment(backend: KubernetesBackend) -> dict[str, Any] | None:
+def canary_deployment(backend: CanaryBackend) -> dict[str, Any] | None:
     return backend.api.get(object_path("Deployment", backend.namespace, canary_deployment_name(
         backend.tm.metadata.name)))
 
 
-def canary_pods(backend: KubernetesBackend) -> list[dict[str, Any]]:
+def canary_pods(backend: CanaryBackend) -> list[dict[str, Any]]:
     labels = selector_labels(backend.tm.metadata.name) | {CANARY_POD_LABEL: "true"}
     return backend.api.list("Pod", backend.namespace, ",".join(f"{k}={v}" for k, v in labels.items()))
 
 
-def start_extra_pod(backend: KubernetesBackend, running: RuntimeConfig, candidate: RuntimeConfig) -> CanaryStart | None:
+def start_extra_pod(backend: CanaryBackend, running: RuntimeConfig, candidate: RuntimeConfig) -> CanaryStart | None:
     """Create the canary Deployment (or find it), and say how its pod stands: rolling out until it is Ready, then
     its name; a failure (crash loop, never ready in the rollout timeout) deletes it. None when there is no room."""
-    from slotune.backends.kube_canary import CanaryStart, openai_endpoint
-    from slotune.backends.kube_deployment import pod_problem, pod_ready, rollout_state
-
     existing = canary_deployment(backend)
     wanted = candidate.with_changes(replicas=1)
     if existing is not None and config_from_annotation(existing) != wanted:
@@ -111,12 +106,10 @@ def start_extra_pod(backend: KubernetesBackend, running: RuntimeConfig, candidat
                        openai_endpoint(backend, ready[0]))
 
 
-def _serving(backend: KubernetesBackend, pod: dict[str, Any], wanted: RuntimeConfig) -> ApplyResult | None:
+def _serving(backend: CanaryBackend, pod: dict[str, Any], wanted: RuntimeConfig) -> ApplyResult | None:
     """None once the canary pod's runtime answers `GET /admin/config` with the candidate (builtin engine: the pod
     is serving, and the pod-config invariant holds for it too); else how it stands. A Ready pod whose runtime does
     not answer yet would leave the canary's first window without its series, read as a canary pod replaced."""
-    from slotune.backends.kube_deployment import runs
-
     if backend.tm.spec.runtime.engine is not Engine.BUILTIN:
         return None  # vLLM serves no /admin/config: its readiness probe is the only word
     live = backend._call_admin(pod, "GET", None, backend.admin_token())
@@ -129,7 +122,7 @@ def _serving(backend: KubernetesBackend, pod: dict[str, Any], wanted: RuntimeCon
     return None
 
 
-def delete_extra_pod(backend: KubernetesBackend) -> bool:
+def delete_extra_pod(backend: CanaryBackend) -> bool:
     """Delete the canary Deployment, its ReplicaSet and pod with it; False when there was none."""
     path = object_path("Deployment", backend.namespace, canary_deployment_name(backend.tm.metadata.name))
     backend._wrote()

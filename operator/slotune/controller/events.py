@@ -48,12 +48,12 @@ def transition_events(before: TuningState | None, after: TuningState) -> list[tu
     found += [_history_event(h) for h in after.history if (h.iteration, h.change, h.verdict) not in known]
     pending_before = before.pending if before else None
     if after.pending is not None and (pending_before is None or pending_before.config != after.pending.config):
-        found.append(("ChangeDecided", f"trying {after.pending.change}: {after.pending.reason}", False))
+        found.append(("ChangeDecided", f"trying {after.pending.change}: {after.pending.proposal.reason}", False))
     if before is None or before.phase is not after.phase:
         reason = _PHASE_REASONS.get(after.phase, after.phase.value)
         warning = after.phase in (Phase.DEGRADED, Phase.INFEASIBLE)
         found.append((reason, f"phase {after.phase.value}: {after.message}", warning))
-    if before is not None and before.metrics_available and not after.metrics_available \
+    if before is not None and before.measured.metrics_available and not after.measured.metrics_available \
             and not _quiet_start(before, after):
         found.append(("MetricsUnavailable", after.message, True))
     return found
@@ -62,7 +62,7 @@ def transition_events(before: TuningState | None, after: TuningState) -> list[tu
 def _quiet_start(before: TuningState, after: TuningState) -> bool:
     """Too few requests before any window was measured: the normal start (no traffic yet), not a loss of metrics; the
     MetricsAvailable condition says it (Unknown)."""
-    measured = before.observed is not None or bool(before.history)
+    measured = before.measured.observed is not None or bool(before.history)
     return not measured and UnavailableReason.TOO_FEW_SAMPLES.value in after.message
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from slotune.api import TunedModel, TunedModelSpec, TuningMode
 from slotune.backends.kube_api import KubeAPI
-from slotune.backends.kube_canary import CanaryStart
+from slotune.backends.kube_canary_start import CanaryStart
 from slotune.backends.kube_deployment import KubernetesBackend
 from slotune.controller import telemetry
 from slotune.controller.events import EventRecorder, transition_events

@@ -23,7 +23,7 @@ from typing import Any
 
 from slotune.api import Condition, ConditionStatus, ConditionType, Phase, TunedModel
 from slotune.backends.kube_api import KubeAPI, object_path
-from slotune.backends.kube_deployment import rollout_state
+from slotune.backends.kube_pods import rollout_state
 from slotune.loop.state import TuningState
 from slotune.manifests.admission import REFUSED
 from slotune.metrics.window import UnavailableReason
@@ -77,13 +77,13 @@ def _metrics(state: TuningState, health: Health) -> tuple[bool | None, str, str]
     """MetricsAvailable: False when they cannot be read, Unknown until a window was measured, True after."""
     if health.no_prometheus:
         return False, "NoPrometheus", "no Prometheus URL is configured: tuning is paused"
-    if not state.metrics_available:
+    if not state.measured.metrics_available:
         # Too few requests before any window was measured is the normal start (no traffic yet): not known yet.
-        unknown = state.observed is None and health.metrics_reason is UnavailableReason.TOO_FEW_SAMPLES
+        unknown = state.measured.observed is None and health.metrics_reason is UnavailableReason.TOO_FEW_SAMPLES
         return None if unknown else False, _metrics_reason(health), state.message
-    if state.observed is None:
+    if state.measured.observed is None:
         return None, "NoWindowYet", "no measurement window has been judged yet"
-    return True, "WindowMeasured", f"last window: {state.observed.num_requests} requests"
+    return True, "WindowMeasured", f"last window: {state.measured.observed.num_requests} requests"
 
 
 def _metrics_reason(health: Health) -> str:
@@ -96,12 +96,13 @@ def wanted_conditions(state: TuningState, health: Health) -> list[tuple[Conditio
     tuning = health.tuning_enabled and state.phase in _TUNING_PHASES
     tuning_reason = "Off" if not health.tuning_enabled else state.phase.value
     degraded = state.phase is Phase.DEGRADED
-    slo_reason = "Unmeasured" if state.slo_met is None else "TargetsMet" if state.slo_met else "TargetsMissed"
+    met = state.measured.slo_met
+    slo_reason = "Unmeasured" if met is None else "TargetsMet" if met else "TargetsMissed"
     message = readable(state.message)
     return [
         (ConditionType.READY, health.ready, "PodsReady" if health.ready else "PodsNotReady",
          readable(health.ready_message)),
-        (ConditionType.SLO_MET, state.slo_met, slo_reason, _slo_message(state)),
+        (ConditionType.SLO_MET, state.measured.slo_met, slo_reason, _slo_message(state)),
         (ConditionType.TUNING, tuning, tuning_reason, message),
         (ConditionType.METRICS_AVAILABLE, *_metrics(state, health)),
         (ConditionType.DEGRADED, degraded, _degraded_reason(state), message if degraded else ""),
@@ -115,10 +116,10 @@ def _degraded_reason(state: TuningState) -> str:
 
 
 def _slo_message(state: TuningState) -> str:
-    if state.observed is None:
+    if state.measured.observed is None:
         return "no window measured yet"
-    ttft, tpot = state.observed.ttft.p99_ms, state.observed.tpot.p99_ms
-    return f"last window: {state.observed.num_requests} requests, TTFT P99 {_ms(ttft)}, TPOT P99 {_ms(tpot)}"
+    ttft, tpot = state.measured.observed.ttft.p99_ms, state.measured.observed.tpot.p99_ms
+    return f"last window: {state.measured.observed.num_requests} requests, TTFT P99 {_ms(ttft)}, TPOT P99 {_ms(tpot)}"
 
 
 def _ms(value: float | None) -> str:

@@ -10,7 +10,7 @@ threshold, one-sided Fisher test) at the same one-sided level as the interval, p
 A change is kept when the metric improved beyond noise (interval below 1 - MIN_EFFECT, or the test says better) and
 no other SLO metric or the throughput floor got worse beyond tolerance, or when it turned a violated SLO into a met one
 without breaking anything, or (for a change that costs nothing, like prefix caching) when its estimate improved and
-nothing got worse. A/A pairs (the same config twice) rarely pass (tests/unit/test_policy.py measures both paths).
+nothing got worse. A/A pairs (the same config twice) rarely pass (tests/unit/policy/test_policy.py measures both paths).
 """
 
 from __future__ import annotations

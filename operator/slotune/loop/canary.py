@@ -68,7 +68,7 @@ class CanaryStarted:
 def start(backend: object, source: object, pending: PendingChange, gated: bool = False) -> CanaryStarted | None:
     """Try `pending` as a canary; None when it is verified before/after (see the module docstring). `gated`: the
     change is judged by the quality gate, which needs the canary pod's own endpoint."""
-    if pending.trim or not isinstance(backend, CanaryBackend) or not isinstance(source, CanarySource):
+    if pending.proposal.trim or not isinstance(backend, CanaryBackend) or not isinstance(source, CanarySource):
         return None
     started = backend.start_canary(pending.previous, pending.config)
     if started is None:
@@ -105,7 +105,7 @@ def observe_noise(source: object, state: TuningState, slo: SLOSpec) -> NoiseFloo
     """The state's A/A floor with this window added (slotune.judge.canary_noise) when every pod ran one config
     through it: no canary, two or more replicas, a source that reads per pod. At rest with a full floor it is left as
     it is (a per-pod read a window for each of a fleet of converged models buys nothing until the next canary)."""
-    floor = state.noise_floor
+    floor = state.learned.noise_floor
     pending = state.pending
     if (pending is not None and pending.canary_pod is not None) or state.running.replicas < 2 \
             or not isinstance(source, CanarySource):
@@ -132,7 +132,8 @@ def verification(source: object, pending: PendingChange, slo: SLOSpec,
     except MetricsUnavailable as error:
         return Unjudged(lost=True, reason=error.message)
     pool = pooled(pending.canary_pool, arms.baseline, arms.canary)
-    verdict, pool, final = judge_pooled(pool, pending.target_metric, pending.target_percentile, slo, floor)
+    metric, percentile = pending.proposal.target_metric, pending.proposal.target_percentile
+    verdict, pool, final = judge_pooled(pool, metric, percentile, slo, floor)
     seen = (f"{arms.describe()}; pooled over {pool.windows} window(s): {pool.canary.num_requests} vs "
             f"{pool.baseline.num_requests} requests")
     if verdict.outcome is CanaryOutcome.TOO_FEW_SAMPLES:
@@ -141,7 +142,7 @@ def verification(source: object, pending: PendingChange, slo: SLOSpec,
         return Unjudged(lost=False, pool=pool, reason=(
             f"{seen}: {verdict.reason}; inconclusive at look {pool.looks} of {MAX_LOOKS}"))
     test = verdict.targeted
-    targeted = MetricChange(f"{pending.target_metric.value}_p{pending.target_percentile}", test.a_ms, test.b_ms,
+    targeted = MetricChange(f"{metric.value}_p{percentile}", test.a_ms, test.b_ms,
                             math.nan, math.nan, verdict.promote, verdict.outcome is CanaryOutcome.WORSE,
                             f"quantile test p={min(test.p_better, test.p_worse):.2g}")
     regressions = (verdict.reason,) if verdict.outcome is CanaryOutcome.WORSE else ()

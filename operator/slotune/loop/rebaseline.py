@@ -27,7 +27,7 @@ def speed_drift(deployment: Deployment, pending: PendingChange, baseline: Metric
                 snapshot: MetricsSnapshot, verdict: Judgement) -> float | None:
     """The candidate window's step speed over the baseline's (2.0: its steps took twice the profile's time that the
     baseline's did) when the verdict rests on it and the baseline was not measured afresh yet; None otherwise."""
-    if pending.rebaselined or pending.trim or pending.canary_pod is not None or verdict.inconclusive:
+    if pending.rebaselined or pending.proposal.trim or pending.canary_pod is not None or verdict.inconclusive:
         return None
     before = speed_ratio(deployment, pending.previous, baseline)
     after = speed_ratio(deployment, pending.config, snapshot)

@@ -14,7 +14,7 @@ effect (small real drifts are not worth re-tuning, and real traffic is burstier 
   from Prometheus over a short window (two counters' extrapolated increases) moved x0.5 on a steady load in the e2e.
 Each test runs at ALPHA / 4 (Bonferroni over the four), so on a steady workload the chance that one window is
 flagged is at most ALPHA (1%) when arrivals are Poisson and window means roughly normal, and lower in practice since
-the minimum effects must be crossed too; tests/unit/test_loop_shift.py counts false alarms over steady windows.
+the minimum effects must be crossed too; tests/unit/loop/test_loop_shift.py counts false alarms over steady windows.
 """
 
 from __future__ import annotations

@@ -3,14 +3,19 @@
 Everything the loop needs to resume after a restart lives here: the phase, the config running and the best one, the
 window every change is compared against (with its samples, for confidence intervals), the change awaiting
 verification, configs never to try again, the convergence counter and the cooldown deadline. The operator keeps it
-next to the resource's status, local mode in a file; `to_status` renders the user-facing `TunedModelStatus`.
+next to the resource's status, local mode in a file; `to_status` renders the user-facing `TunedModelStatus`. Grouped
+by concern: what runs and is pending (the top level, `PendingChange`), what was measured (`Measured`), what was
+learned (`Learned`), how the config converges (`Convergence`). Files saved before the grouping (flat fields, the
+proposal spelled out on the pending change) still load (tests/unit/loop/test_state_compat.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import fields
 from datetime import UTC, datetime
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from slotune.api.status import (
     MAX_HISTORY,
@@ -28,8 +33,9 @@ from slotune.judge.canary_noise import NoiseFloor
 from slotune.judge.canary_pool import CanaryPool
 from slotune.knobs import RuntimeConfig
 from slotune.loop.shift import WindowLoad
+from slotune.policy import Proposal
 from slotune.policy.futile import LuckyKeep
-from slotune.snapshot import LatencyMetric, MetricsSnapshot
+from slotune.snapshot import MetricsSnapshot
 
 
 class _Frozen(BaseModel):
@@ -37,16 +43,11 @@ class _Frozen(BaseModel):
 
 
 class PendingChange(_Frozen):
-    """A change decided on. `applied` is False between deciding and the backend confirming it (crash-safe intent)."""
+    """A change decided on: the policy's proposal, the config it replaces, and how its verification stands.
+    `applied` is False between deciding and the backend confirming it (crash-safe intent)."""
 
-    config: RuntimeConfig
+    proposal: Proposal  # what was decided: config, knob, change, reason, the metric it targets, trim or fix
     previous: RuntimeConfig
-    knob: Knob
-    change: str
-    reason: str
-    target_metric: LatencyMetric
-    target_percentile: int
-    trim: bool = False  # made while the SLO held, to save cost: kept only if it still holds
     applied: bool = False
     canary_pod: str | None = None  # verified as a canary: this pod runs `config`, its siblings `previous`
     canary_pool: CanaryPool | None = None  # the canary's inconclusive windows so far, both arms pooled
@@ -55,6 +56,28 @@ class PendingChange(_Frozen):
     drain_backlog: float | None = None  # the last such window's mean waiting requests, all replicas
     rebaseline: bool = False  # the machine's speed drifted: the previous config serves a fresh baseline window first
     rebaselined: bool = False  # measured against a fresh baseline once already (loop.rebaseline)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _proposal_of_old_files(cls, data: Any) -> Any:
+        """A state saved before issue 31 spelled the proposal's fields out on the pending change."""
+        if isinstance(data, dict) and "proposal" not in data and "config" in data:
+            data = dict(data)
+            data["proposal"] = {name: data.pop(name) for name in _PROPOSAL_FIELDS if name in data}
+        return data
+
+    @property
+    def config(self) -> RuntimeConfig:
+        """The candidate config (the proposal's)."""
+        return self.proposal.config
+
+    @property
+    def change(self) -> str:
+        """The change, described (the proposal's: "max_num_seqs 4 -> 64")."""
+        return self.proposal.change
+
+
+_PROPOSAL_FIELDS = tuple(f.name for f in fields(Proposal))
 
 
 class HistoryRecord(_Frozen):
@@ -79,51 +102,98 @@ class InfeasibleReport(_Frozen):
     out_of_reach: tuple[str, ...] = ()  # targets no allowed config can meet: best effort works on the others
 
 
-class TuningState(_Frozen):
-    phase: Phase = Phase.PENDING
-    iteration: int = 0  # windows judged
-    changes_applied: int = 0
-    current: RuntimeConfig
-    best: RuntimeConfig | None = None
-    best_badness: float | None = None  # worst observed/target ratio of the best config's window (<= 1: met)
+class Measured(_Frozen):
+    """What was measured: the windows the loop holds on to, and the last judged window's report."""
+
     baseline: MetricsSnapshot | None = None  # the window the pending change is compared against
-    pending: PendingChange | None = None
-    rollout: RuntimeConfig | None = None  # asked of the backend (first deploy, rollback), not serving yet
     first_after: MetricsSnapshot | None = None  # an inconclusive first window of the pending change (pooled next)
     short: MetricsSnapshot | None = None  # windows under minSamples so far, pooled until they reach it
     short_of: str = ""  # the config (described) that served `short`
-    history: tuple[HistoryRecord, ...] = ()
+    streak: tuple[MetricsSnapshot, ...] = ()  # the latest windows of the current config's met streak (slo_bound)
+    streak_of: str = ""  # the config (described) whose windows `streak` holds
+    metrics_available: bool = True
+    slo_met: bool | None = None
+    observed: Observed | None = None
+
+
+class Learned(_Frozen):
+    """What was learned about this deployment and workload: configs and moves not to try again, the closest config so
+    far, and the calibrations later windows are judged with. A re-open (a spec change, a workload shift) forgets the
+    search, not the calibrations."""
+
     failed_keys: frozenset[str] = frozenset()  # crashed or never ready: never again
     tried_keys: frozenset[str] = frozenset()  # applied before (kept or rolled back): not revisited
     rolled_back_moves: tuple[str, ...] = ()  # knob settings that did not help, once per rollback (policy.move_key)
-    settled: bool = False  # converged with no cost-saving change left to try
+    futile_moves: tuple[str, ...] = ()  # at every allowed replica, knob moves that did not move the windows that miss
+    lucky: LuckyKeep | None = None  # the last change, kept on a met window alone: re-judged on its next miss
+    best: RuntimeConfig | None = None
+    best_badness: float | None = None  # worst observed/target ratio of the best config's window (<= 1: met)
     prepared_replicas: int | None = None  # a headroom change was made so this replica count can hold: try it next
     speed_ratios: tuple[float, ...] = ()  # recent windows' measured / profiled step time (perfmodel.window_step)
     spec_acceptance: float | None = None  # per-token draft acceptance measured on this workload (None: never)
     noise_floor: NoiseFloor | None = None  # the pods' A/A spread, from windows without a canary (canary_noise)
-    streak: tuple[MetricsSnapshot, ...] = ()  # the latest windows of the current config's met streak (slo_bound)
-    streak_of: str = ""  # the config (described) whose windows `streak` holds
-    load_reference: tuple[WindowLoad, ...] = ()  # the load of the windows since it came to rest (loop.shift)
-    spec_key: str = ""  # the SLO and tuning it came to rest under: a spec change re-opens Infeasible and Degraded
+
+
+class Convergence(_Frozen):
+    """How the current config stands toward rest: its met and missed windows, and what it came to rest on."""
+
     windows_met: int = 0
     windows_missed: int = 0  # consecutive violations after convergence (hysteresis before retuning)
     forgiven_of: str = ""  # the config (described) whose one missed window while confirming was measured again
-    lucky: LuckyKeep | None = None  # the last change, kept on a met window alone: re-judged on its next miss
-    futile_moves: tuple[str, ...] = ()  # at every allowed replica, knob moves that did not move the windows that miss
+    settled: bool = False  # converged with no cost-saving change left to try
+    load_reference: tuple[WindowLoad, ...] = ()  # the load of the windows since it came to rest (loop.shift)
+    spec_key: str = ""  # the SLO and tuning it came to rest under: a spec change re-opens Infeasible and Degraded
+
+
+_RECORDS: dict[str, type[_Frozen]] = {"measured": Measured, "learned": Learned, "convergence": Convergence}
+# Each record's field -> the record: `evolve` and the files written before the records existed name fields flat.
+_OWNER = {name: record for record, model in _RECORDS.items() for name in model.model_fields}
+
+
+class TuningState(_Frozen):
+    """Where the state machine is (phase, the config kept and the one rolling out, the change pending, the history
+    and what it says now), and one record per concern: what was measured, what was learned, how it converges.
+    A controller beside the configuration search (capacity) adds its own record as one field."""
+
+    phase: Phase = Phase.PENDING
+    iteration: int = 0  # windows judged
+    changes_applied: int = 0
+    current: RuntimeConfig
+    rollout: RuntimeConfig | None = None  # asked of the backend (first deploy, rollback), not serving yet
+    pending: PendingChange | None = None
     cooldown_until_s: float = 0.0
-    metrics_available: bool = True
-    slo_met: bool | None = None
+    history: tuple[HistoryRecord, ...] = ()
     message: str = ""
-    observed: Observed | None = None
     diagnosis: DiagnosisReport | None = None
     infeasible: InfeasibleReport | None = None
+    measured: Measured = Measured()
+    learned: Learned = Learned()
+    convergence: Convergence = Convergence()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _records_of_flat_fields(cls, data: Any) -> Any:
+        """Fields named flat (a state saved before issue 31, or a test building one) go to their record."""
+        if not isinstance(data, dict) or not _OWNER.keys() & data.keys():
+            return data
+        data = dict(data)
+        for name in _OWNER.keys() & data.keys():
+            record = data.setdefault(_OWNER[name], {})
+            record = data[_OWNER[name]] = record.model_dump() if isinstance(record, BaseModel) else dict(record)
+            record[name] = data.pop(name)
+        return data
 
     @classmethod
     def initial(cls, config: RuntimeConfig) -> TuningState:
         return cls(phase=Phase.DEPLOYING, current=config, tried_keys=frozenset({config.key()}))
 
     def evolve(self, **changes: object) -> TuningState:
-        return self.model_copy(update=changes)
+        """A copy with `changes`; a record's fields are named flat (`windows_met=0`) and land in their record."""
+        top = {name: value for name, value in changes.items() if name not in _OWNER}
+        for record in {_OWNER[name] for name in changes if name in _OWNER}:
+            update = {name: value for name, value in changes.items() if _OWNER.get(name) == record}
+            top[record] = getattr(self, record).model_copy(update=update)
+        return self.model_copy(update=top)
 
     def record(self, entry: HistoryRecord) -> TuningState:
         return self.evolve(history=(*self.history, entry)[-MAX_HISTORY:])
@@ -144,15 +214,16 @@ class TuningState(_Frozen):
         pending = self.pending
         canary = (Canary(pod=pending.canary_pod, config=pending.config)
                   if pending is not None and pending.applied and pending.canary_pod else None)
-        return TunedModelStatus(phase=self.phase, slo_met=self.slo_met, message=self.message[:4096],
-                                iteration=self.iteration, observed=self.observed, diagnosis=self.diagnosis,
-                                config=self.running, canary=canary, best_config=self.best, history=history)
+        return TunedModelStatus(phase=self.phase, slo_met=self.measured.slo_met, message=self.message[:4096],
+                                iteration=self.iteration, observed=self.measured.observed, diagnosis=self.diagnosis,
+                                config=self.running, canary=canary, best_config=self.learned.best, history=history)
 
     @property
     def at_rest(self) -> bool:
         """Nothing left to do until the workload changes: Infeasible or Degraded, or Converged with no cost-saving
         change left to try, and no change or rollout in flight."""
-        done = self.phase in (Phase.INFEASIBLE, Phase.DEGRADED) or (self.phase is Phase.CONVERGED and self.settled)
+        settled = self.phase is Phase.CONVERGED and self.convergence.settled
+        done = self.phase in (Phase.INFEASIBLE, Phase.DEGRADED) or settled
         return done and self.pending is None and self.rollout is None
 
     @property

@@ -8,7 +8,7 @@ may be trusted. The flags the operator itself sets (`OPERATOR_FLAGS`) are never 
 Two enforcers, one rule set: the chart renders these rules as a ValidatingAdmissionPolicy (CEL,
 charts/slotune/templates/admission-policy.yaml), so the API server refuses a breaking TunedModel at apply time;
 `violations` here is the Python twin the operator runs before creating any child, for clusters where the policy is
-not installed (or was created before the policy). tests/unit/test_admission.py and
+not installed (or was created before the policy). tests/unit/manifests/test_admission.py and
 tests/integration/test_admission_policy.py hold both to the same cases and the same messages.
 """
 

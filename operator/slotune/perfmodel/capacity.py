@@ -15,11 +15,13 @@ import math
 from dataclasses import dataclass
 
 from slotune.knobs import RuntimeConfig
+from slotune.knobs.schema import KNOBS_BY_NAME
 from slotune.perfmodel.deployment import Deployment
 from slotune.perfmodel.floors import PRIOR_ACCEPTANCE, decode_token_s
 from slotune.perfmodel.roofline import StepShape
 
 TARGET_UTILIZATION = 0.7
+MOST_SEQS = KNOBS_BY_NAME["max_num_seqs"].bounds.maximum  # type: ignore[union-attr]  # the schema's largest
 BATCH_STEP_SLACK = 1.25  # a batch may lengthen the mean step this much over batch 1's, whatever the TPOT target
 
 
@@ -96,7 +98,8 @@ def replicas_needed(deployment: Deployment, config: RuntimeConfig, load: Load, t
 
 def batch_limit(deployment: Deployment, config: RuntimeConfig, load: Load, tpot_target_ms: float | None) -> int:
     """The largest batch the KV cache holds whose decode step still leaves headroom under the TPOT target."""
-    return effective_batch(deployment, config.with_changes(max_num_seqs=4096), load, tpot_target_ms)
+    unbound = config.with_changes(max_num_seqs=MOST_SEQS)  # no limit on the batch but the KV cache's
+    return effective_batch(deployment, unbound, load, tpot_target_ms)
 
 
 def budget_limit(deployment: Deployment, config: RuntimeConfig, tpot_target_ms: float | None, batch: int,

@@ -31,6 +31,15 @@ def worst_miss(slo: SLOSpec, snapshot: MetricsSnapshot) -> float:
     return max((r.ratio for r in slo.evaluate(snapshot)), default=0.0)
 
 
+def badness(slo: SLOSpec, snapshot: MetricsSnapshot) -> float:
+    """The worst observed/target ratio of the window, the throughput floor included (<= 1 when every target holds):
+    how the closest config so far is chosen, and how far a failed trim missed."""
+    ratios = [r.ratio for r in slo.evaluate(snapshot)]
+    if slo.min_throughput is not None:
+        ratios.append(slo.min_throughput / max(snapshot.generation_tokens_per_s, 1e-9))
+    return max(ratios, default=0.0)
+
+
 def judged_by_worst_miss(verdict: Judgement, baseline: MetricsSnapshot, after: MetricsSnapshot,
                          slo: SLOSpec, target: LatencyMetric = LatencyMetric.TTFT,
                          percentile: int = 99) -> Judgement:

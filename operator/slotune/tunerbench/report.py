@@ -134,10 +134,15 @@ def render_markdown(results: list[ScenarioResult], summaries: list[Summary], bud
               "slotune's later measurements of a running configuration are fresh windows (bench/scenarios/README.md).",
               "", *_fairness_lines(results, summaries, budget), "", *_lower_bound_lines(results), "",
               *_fresh_lines(results), "", *_evidence_lines(summaries), "",
-              "## Per scenario", "",
-              "| scenario | feasible | oracle config | oracle goodput/replica (req/s) | fewest fields to change | "
-              "slotune to SLO | changes applied | slotune goodput / oracle | fresh seeds met | slotune final |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              *_scenario_lines(results)]
+    return "\n".join(lines) + "\n"
+
+
+def _scenario_lines(results: list[ScenarioResult]) -> list[str]:
+    lines = ["## Per scenario", "",
+             "| scenario | feasible | oracle config | oracle goodput/replica (req/s) | fewest fields to change | "
+             "slotune to SLO | changes applied | slotune goodput / oracle | fresh seeds met | slotune final |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         mine = next((x for x in r.results if x.strategy == "slotune"), None)
         if mine is None:
@@ -150,7 +155,7 @@ def render_markdown(results: list[ScenarioResult], summaries: list[Summary], bud
         lines.append(f"| {r.scenario} | {'yes' if r.feasible else 'no'} | {r.oracle_config} | "
                      f"{r.oracle_goodput_per_replica:.2f} | {fewest} | {to_slo} | {len(mine.best_so_far)} | {ratio} | "
                      f"{fresh} | {mine.final_config} |")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _infeasible_cell(mine: StrategyResult) -> str:

@@ -136,7 +136,7 @@ def run_slotune(evaluator: Evaluator, budget: int) -> Trace:
         if backend.num_windows > evaluator.after_windows + 4 and state.at_rest:
             break
         state = step()  # a loop at rest may not measure: bounded by steps, not windows
-    trace.final = state.best if state.phase is Phase.INFEASIBLE and state.best else state.current
+    trace.final = state.learned.best if state.phase is Phase.INFEASIBLE and state.learned.best else state.current
     trace.declared_infeasible = state.phase is Phase.INFEASIBLE
     return trace
 
@@ -151,7 +151,7 @@ def _look_for_evidence(tuner: Tuner, state: TuningState, snapshot: MetricsSnapsh
         return
     given = replace(tuner._policy_input(state, snapshot), config=running)
     diagnosis = diagnose(snapshot, running, tuner.problem.slo, given.deployment, tuner.problem.workload,
-                         tuner.problem.tuning, state.spec_acceptance, tuner.problem.draft_model)
+                         tuner.problem.tuning, state.learned.spec_acceptance, tuner.problem.draft_model)
     found = infeasible_evidence(diagnosis, given)
     if found is not None:
         trace.evidence, trace.changes_at_evidence = found, applied

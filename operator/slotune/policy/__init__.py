@@ -17,7 +17,8 @@ applies what it answers. Where each rule is:
 - `diagnosis`: what limits the window (the bottleneck, the floors, the evidence), the input to every rule below;
 - this module: `propose` (the next change, or Infeasible), `squeeze_verdict` (the roomiest config measured),
   `infeasible_evidence`, `propose_trim` (cost savings once the SLO holds);
-- `remedies` (the ordered remedies per bottleneck), `moves` (single-knob steps), `sizing` (load, targets,
+- `remedies` (the ordered remedies per bottleneck), `risk` (least invasive first; output-altering changes given
+  back once the SLO holds), `moves` (single-knob steps), `sizing` (load, targets,
   admissibility, naming), `inputs` (what the policy reads and answers), `infeasible` (what would be needed),
   `best_effort` (the targets still in reach, the capacity steps when far overloaded);
 - `headroom` (after a failed trim), `keep` (keep or roll back: the judge's verdict amended by `worst_miss` and the
@@ -43,8 +44,9 @@ from slotune.policy.diagnosis import Diagnosis, diagnose
 from slotune.policy.headroom import propose_headroom
 from slotune.policy.infeasible import infeasible
 from slotune.policy.inputs import Infeasible, PolicyInput, Proposal, Remedy, kv_room
-from slotune.policy.moves import budget_cap, chunked_prefill, enable_prefix_cache, quantize, speculate
+from slotune.policy.moves import budget_cap, chunked_prefill, enable_prefix_cache, speculate
 from slotune.policy.remedies import percentile_of, remedies_for
+from slotune.policy.risk import reverts
 from slotune.policy.sizing import (
     MAX_MOVE_ATTEMPTS,
     admissible,
@@ -187,8 +189,10 @@ def weigh_knobs(diagnosis: Diagnosis, given: PolicyInput) -> Diagnosis:
 
 
 def propose_trim(given: PolicyInput) -> Proposal | None:
-    """Once every SLO holds: make replicas cheaper (prefix caching, 8-bit weights where allowed), then use fewer of
-    them, down to what the capacity model says the load needs. Each step is kept only if the SLO still holds."""
+    """Once every SLO holds: first give back every kept output-altering change (policy.risk.reverts), then make
+    replicas cheaper (prefix caching, larger batches or budgets), then use fewer of them, down to what the capacity
+    model says the load needs. Each step is kept only if the SLO still holds. 8-bit weights are never a cost
+    saving: they change outputs, so only a target that needs them keeps them."""
     c, bounds = given.config, given.tuning.bounds
     efficiency = _efficiency(given) if c.replicas > bounds.min_replicas else []
     needed = max(bounds.min_replicas, replicas_for_load(given, c))
@@ -201,6 +205,7 @@ def propose_trim(given: PolicyInput) -> Proposal | None:
     if prepared is not None and bounds.min_replicas <= prepared < c.replicas:
         retry = Remedy(c.with_changes(replicas=prepared), Knob.REPLICAS, f"headroom added for {prepared} replicas")
         candidates = [retry, *candidates]
+    candidates = [*reverts(given), *candidates]
     target = given.slo.targets()[0]
     for config, knob, why, *_ in candidates:
         if admissible(config, knob, given):
@@ -224,5 +229,4 @@ def _efficiency(given: PolicyInput) -> list[Remedy]:
     if budget > c.max_num_batched_tokens:
         found.append(Remedy(c.with_changes(max_num_batched_tokens=budget), Knob.MAX_NUM_BATCHED_TOKENS,
                             "fewer, larger prefill steps"))
-    quant = quantize(given, "8-bit weights serve more per replica")
-    return found + [r for r in (quant,) if r]
+    return found

@@ -1,4 +1,5 @@
-"""The import layers of slotune (STYLE.md), enforced: a module imports only from its own layer or the ones below.
+"""The import layers of slotune (docs/architecture.md, "The layers"), enforced: a module imports only from its own
+layer or the ones below.
 
 Operator, top to bottom: the entry points (CLI, kopf controller, local mode, benchmarks, API commands), where
 runtimes run (backends, simulator), the tuning loop, the policy (diagnosis included), the verdicts (judge), the

@@ -1,6 +1,7 @@
 """Diagnosis: from one window's breakdown to the dominant bottleneck, with the numbers behind it.
 
-The rules are DESIGN.md's workflow step 2, applied to the SLO targets the window violates:
+The rules are step 2 of the tuning workflow (docs/architecture.md, "The tuning workflow"), applied to the SLO
+targets the window violates:
 - queue time dominates TTFT -> capacity;
 - prefill dominates TTFT -> prefix caching off or ineffective (hit rate well below the shared-prefix share), else
   prefill (token budget, or the hardware);

@@ -1,5 +1,5 @@
-"""Remedies per bottleneck (DESIGN.md workflow step 2), most promising first, then plain fallbacks the capacity model
-does not predict to be enough, tried and verified before giving up."""
+"""Remedies per bottleneck (docs/architecture.md, "The tuning workflow", step 2), most promising first, then plain
+fallbacks the capacity model does not predict to be enough, tried and verified before giving up."""
 
 from __future__ import annotations
 

@@ -5,61 +5,20 @@ its pods marked so the main Deployment's pod list leaves them out, and only wher
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from slotune.api.status import Verdict, Verification
 from slotune.backends.kube_canary_pod import CANARY_POD_LABEL, build_canary_deployment, room_for_one_more
 from slotune.knobs import RuntimeConfig
-from slotune.loop import ApplyResult
 from slotune.manifests.resources import config_from_annotation, selector_labels
-from slotune.metrics.per_pod import ArmWindows
 from slotune.settings import OperatorSettings
-from tests.unit.loop.test_loop_canary import NEW, OLD, _tuner, _window
+from tests.unit.canary_pods import CanaryPods
+from tests.unit.loop.test_loop_canary import NEW, OLD, _tuner
 from tests.unit.manifests.test_resources import tunedmodel
 
 
-@dataclass
-class ExtraPod:
-    """Main pods that never change during the canary; the extra pod takes `starting` ticks to be Ready."""
-
-    starting: int = 2
-    applied: list[RuntimeConfig] = field(default_factory=list)
-    events: list[str] = field(default_factory=list)
-    extra: RuntimeConfig | None = None
-    windows: int = 0
-
-    def apply(self, config: RuntimeConfig) -> ApplyResult:
-        changed = bool(self.applied) and self.applied[-1] != config
-        self.applied.append(config)
-        return ApplyResult.success(changed=changed)
-
-    def ready(self) -> bool:
-        return True
-
-    def start_canary(self, running: RuntimeConfig, candidate: RuntimeConfig) -> object:
-        self.extra = candidate
-        if self.starting:
-            self.starting -= 1
-            return SimpleNamespace(pod="", result=ApplyResult.rolling_out("starting the canary pod"))
-        return SimpleNamespace(pod="extra-0", result=ApplyResult.success(changed=True))
-
-    def end_canary(self) -> None:
-        self.events.append(f"end {len(self.applied)}")
-        self.extra = None
-
-    def measure(self, window_s: float) -> object:
-        self.windows += 1
-        return _window(1.0, 600, self.windows)
-
-    def arms(self, canary_pod: str) -> ArmWindows:
-        assert canary_pod == "extra-0"
-        return ArmWindows(canary_pod, _window(0.5, 200, 100 + self.windows), ("p0", "p1", "p2"),
-                          _window(1.0, 600, 200 + self.windows))
-
-
 def test_the_change_waits_for_the_extra_pod_then_is_verified_and_promoted() -> None:
-    pods = ExtraPod()
+    pods = CanaryPods(OLD, canary_scale=0.5, extra=True, starting=2)  # Ready after two steps
     tuner, _ = _tuner(pods)  # type: ignore[arg-type]
     pods.applied.append(OLD)
     for _ in range(2):

@@ -20,7 +20,7 @@ from slotune.metrics.window import WindowReadings
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencyMetric, LatencySummary, MetricsSnapshot, Source
 from tests.unit.judge.test_canary import _slack
-from tests.unit.loop.test_loop_canary import OLD, Pods, _tuner
+from tests.unit.loop.test_loop_canary import OLD, _pods, _tuner
 
 SLO = SLOSpec.model_validate({"ttft": {"p99": 1000}})  # the bench's: one target, its median the fallback
 TRIALS = 400
@@ -107,7 +107,7 @@ def test_a_window_without_a_canary_splits_as_a_canary_would_first_pod_against_th
 
 
 def test_the_loop_learns_the_floor_from_windows_without_a_canary_and_judges_canaries_with_it() -> None:
-    pods = Pods(canary_scale=0.5)
+    pods = _pods(canary_scale=0.5)
     asked: list[str] = []
     arms = pods.arms
     pods.arms = lambda pod: (asked.append(pod), arms(pod))[1]  # type: ignore[method-assign]

@@ -16,8 +16,9 @@ from slotune.judge.canary_pool import MAX_LOOKS, CanaryPool, judge_pooled, look_
 from slotune.loop import Tuner
 from slotune.metrics.per_pod import ArmWindows
 from slotune.snapshot import LatencyMetric, LatencySummary, MetricsSnapshot, Source
+from tests.unit.canary_pods import CanaryPods
 from tests.unit.judge.test_canary import SLO, TRIALS, _arm, _slack
-from tests.unit.loop.test_loop_canary import NEW, OLD, Pods, _tuner
+from tests.unit.loop.test_loop_canary import NEW, OLD, _tuner
 
 
 def test_the_looks_shares_of_the_false_promote_budget_sum_to_alpha() -> None:
@@ -69,7 +70,7 @@ SIBLING_MS = [400.0 + 20 * i for i in range(9)]  # 9 requests a window on the si
 
 
 @dataclass
-class FewRequests(Pods):
+class FewRequests(CanaryPods):
     """The operator e2e's windows: the canary serves 3 requests a window, its sibling 9."""
 
     canary_ms: list[float] = field(default_factory=lambda: [v / 10 for v in SIBLING_MS[::3]])  # 10x faster
@@ -82,7 +83,7 @@ def test_a_canary_ten_times_faster_on_three_requests_a_window_is_promoted_once_p
     """Judged one window at a time, this canary was rolled back as "no gain": with 3 vs 9 requests the median test's
     smallest p-value (no canary request above the pooled median) is C(6, 3) / C(12, 3) = 0.09; pooled, it is
     promoted."""
-    pods = FewRequests()
+    pods = FewRequests(OLD)
     tuner, _ = _tuner(pods)
     state = tuner.step()
     assert state.pending is not None and state.pending.canary_pod == "p0"
@@ -100,7 +101,7 @@ def test_a_canary_ten_times_faster_on_three_requests_a_window_is_promoted_once_p
 
 def test_an_inconclusive_canary_is_rolled_back_after_max_looks() -> None:
     """A canary whose tail moved the right way (x0.86) but never beyond noise gets MAX_LOOKS windows, no more."""
-    pods = FewRequests(canary_ms=[400.0, 460.0, 480.0])
+    pods = FewRequests(OLD, canary_ms=[400.0, 460.0, 480.0])
     tuner, _ = _tuner(pods)
     tuner.step()
     for _ in range(MAX_LOOKS - 1):
@@ -113,7 +114,7 @@ def test_an_inconclusive_canary_is_rolled_back_after_max_looks() -> None:
 
 
 def test_a_canary_that_moved_the_wrong_way_is_rolled_back_at_once() -> None:
-    pods = FewRequests(canary_ms=[v * 1.1 for v in SIBLING_MS[::3]])
+    pods = FewRequests(OLD, canary_ms=[v * 1.1 for v in SIBLING_MS[::3]])
     tuner, _ = _tuner(pods)
     tuner.step()
     state = tuner.step()
@@ -121,7 +122,7 @@ def test_a_canary_that_moved_the_wrong_way_is_rolled_back_at_once() -> None:
 
 
 def test_a_restarted_operator_resumes_the_pooled_canary() -> None:
-    pods = FewRequests()
+    pods = FewRequests(OLD)
     tuner, store = _tuner(pods)
     tuner.step()
     state = tuner.step()

@@ -1,4 +1,5 @@
-"""A change that can alter outputs, verified as a canary (slotune.loop.canary.quality_first, its hooks in loop.tuner):
+"""A change that can alter outputs, verified as a canary (slotune.loop.canary.quality_first, its hooks in loop.tuner
+and loop.verify):
 the quality gate probes the canary pod alone (the Service would mix both configs' answers), and is judged before
 any latency window, so a change that breaks quality goes back on the canary pod without a window being read; one
 that holds is then judged on latency canary-vs-siblings. A backend that cannot name the canary pod's endpoint
@@ -8,65 +9,25 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from slotune.api.quality import QualitySpec
 from slotune.api.status import Phase, Verdict, Verification
 from slotune.api.tuning import Knob, TuningSpec
 from slotune.knobs import Quantization, RuntimeConfig
-from slotune.loop import ApplyResult, MemoryStateStore, Tuner, TuningProblem, TuningState
+from slotune.loop import MemoryStateStore, Tuner, TuningProblem, TuningState
 from slotune.loop.state import PendingChange
-from slotune.metrics.per_pod import ArmWindows
 from slotune.perfmodel import Deployment
 from slotune.quality.gate import QualityGate, in_background
 from slotune.quality.record import QualityRecord
-from slotune.snapshot import LatencyMetric, MetricsSnapshot
-from tests.unit.loop.test_loop_canary import SLO, _window
+from slotune.snapshot import LatencyMetric
+from tests.unit.canary_pods import PODS, CanaryPods, window
+from tests.unit.loop.test_loop_canary import SLO
 from tests.unit.quality.test_quality_gate import _record
 
 OLD = RuntimeConfig(max_num_seqs=4, replicas=3)
 INT8 = OLD.with_changes(quantization=Quantization.INT8)
-PODS = ("p0", "p1", "p2")
 URLS = [f"http://{pod}" for pod in PODS]
 REFERENCE, HOLDS, BREAKS = _record(0.9), _record(0.89), _record(0.3)  # KL 0.0003 holds, 0.64 breaks maxMeanKl
-
-
-@dataclass
-class Pods:
-    """Three replicas; the canary runs on p0 and its endpoint is http://p0 (None: the backend names none)."""
-
-    configs: dict[str, RuntimeConfig] = field(default_factory=lambda: dict.fromkeys(PODS, OLD))
-    ran: dict[str, list[RuntimeConfig]] = field(default_factory=lambda: {pod: [OLD] for pod in PODS})
-    canary: tuple[str, RuntimeConfig] | None = None
-    endpoint: str | None = "http://p0"
-    canary_scale: float = 0.5
-    windows: int = 0
-
-    def apply(self, config: RuntimeConfig) -> ApplyResult:
-        wanted = {pod: self.canary[1] if self.canary and self.canary[0] == pod else config for pod in self.configs}
-        changed = wanted != self.configs
-        self.configs = wanted
-        for pod, running in wanted.items():
-            self.ran[pod].append(running)
-        return ApplyResult.success(changed=changed)
-
-    def ready(self) -> bool:
-        return True
-
-    def start_canary(self, running: RuntimeConfig, candidate: RuntimeConfig) -> object:
-        self.canary = ("p0", candidate)
-        return type("Started", (), {"pod": "p0", "result": self.apply(running), "endpoint": self.endpoint})()
-
-    def end_canary(self) -> None:
-        self.canary = None
-
-    def measure(self, window_s: float) -> MetricsSnapshot:
-        self.windows += 1
-        return _window(1.0, 600, self.windows)
-
-    def arms(self, canary_pod: str) -> ArmWindows:
-        return ArmWindows(canary_pod, _window(self.canary_scale, 200, 100 + self.windows), ("p1", "p2"),
-                          _window(1.0, 400, 200 + self.windows))
 
 
 class Recorder:
@@ -82,19 +43,24 @@ class Recorder:
         return self.records.pop(0) if len(self.records) > 1 else self.records[0]
 
 
-def _tuner(pods: Pods, gate: QualityGate) -> Tuner:
+def _pods(canary_scale: float = 0.5, endpoint: str | None = "http://p0") -> CanaryPods:
+    """Three replicas; the canary runs on p0 and its endpoint is http://p0 (None: the backend names none)."""
+    return CanaryPods(OLD, canary_scale=canary_scale, endpoint=endpoint)
+
+
+def _tuner(pods: CanaryPods, gate: QualityGate) -> Tuner:
     h100 = Deployment.from_names("llama-3.1-8b", "h100")
     tuning = TuningSpec(cooldown_s=0, min_samples=10, knobs=[Knob.QUANTIZATION], allow_quality_change=True)
     store = MemoryStateStore()
     pending = PendingChange(config=INT8, previous=OLD, knob=Knob.QUANTIZATION, change="quantization none -> int8",
                             reason="decode-bound", target_metric=LatencyMetric.TTFT, target_percentile=99)
-    store.save(TuningState(phase=Phase.TUNING, current=OLD, pending=pending, baseline=_window(1.0, 600, 0),
+    store.save(TuningState(phase=Phase.TUNING, current=OLD, pending=pending, baseline=window(1.0, 600, 0),
                            tried_keys=frozenset({OLD.key()})))
     return Tuner(TuningProblem(SLO, tuning, h100, OLD), pods, pods, store, quality=gate)
 
 
-def test_a_change_that_breaks_quality_is_rolled_back_on_the_canary_pod_before_any_window() -> None:
-    pods, recorder = Pods(), Recorder(REFERENCE, BREAKS)
+def test_a_change_that_breaks_quality_is_rolled_back_on_the_canary_pod_before_anywindow() -> None:
+    pods, recorder = _pods(), Recorder(REFERENCE, BREAKS)
     tuner = _tuner(pods, QualityGate(QualitySpec(), lambda: URLS, "m", recorder=recorder))
     state = tuner.step()  # the reference over every pod, then the canary, whose probe set goes to p0 alone
     assert state.pending is not None and state.pending.canary_pod == "p0" and state.pending.canary_endpoint
@@ -115,7 +81,7 @@ def test_a_change_that_breaks_quality_is_rolled_back_on_the_canary_pod_before_an
 
 
 def test_a_change_whose_quality_holds_is_then_judged_on_latency_as_a_canary() -> None:
-    pods, recorder = Pods(canary_scale=0.5), Recorder(REFERENCE, HOLDS)
+    pods, recorder = _pods(canary_scale=0.5), Recorder(REFERENCE, HOLDS)
     tuner = _tuner(pods, QualityGate(QualitySpec(), lambda: URLS, "m", recorder=recorder))
     tuner.step()
     state = tuner.step()  # the gate holds: the canary window is judged, the canary faster than its siblings
@@ -135,7 +101,7 @@ def test_no_window_is_read_while_the_canary_pods_probe_runs() -> None:
             return BREAKS
         return REFERENCE
 
-    pods = Pods()
+    pods = _pods()
     tuner = _tuner(pods, QualityGate(QualitySpec(), lambda: URLS, "m", recorder=slow, submit=in_background))
     while (state := tuner.step()).pending is not None and not state.pending.applied:
         threading.Event().wait(0.01)  # the reference, recorded in the background
@@ -157,7 +123,7 @@ def test_a_lost_reference_is_recorded_from_the_sibling_pods() -> None:
 
 
 def test_without_the_canary_pods_endpoint_an_output_altering_change_is_verified_before_after() -> None:
-    pods, recorder = Pods(endpoint=None), Recorder(REFERENCE, HOLDS)
+    pods, recorder = _pods(endpoint=None), Recorder(REFERENCE, HOLDS)
     tuner = _tuner(pods, QualityGate(QualitySpec(), lambda: URLS, "m", recorder=recorder))
     state = tuner.step()
     assert state.pending is not None and state.pending.canary_pod is None and pods.canary is None

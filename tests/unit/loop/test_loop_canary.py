@@ -1,82 +1,45 @@
-"""The loop's canary path (slotune.loop.canary, hooks in loop.tuner): a live change with two or more replicas goes to
+"""The loop's canary path (slotune.loop.canary, hooks in loop.apply and loop.verify): a live change with two or more
+replicas goes to
 one replica, the canary window is judged canary-vs-siblings, and the change is promoted to every replica or rolled
 back on the canary alone; with one replica, or a backend without canaries, before/after as ever."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-import numpy as np
-
 from slotune.api.status import Phase, Verdict, Verification
 from slotune.api.tuning import Knob, TuningSpec
 from slotune.controller.status import Health, status_body
 from slotune.knobs import RuntimeConfig
-from slotune.loop import ApplyResult, MemoryStateStore, Tuner, TuningProblem, TuningState
+from slotune.loop import MemoryStateStore, Tuner, TuningProblem, TuningState
 from slotune.loop.state import PendingChange
 from slotune.metrics.per_pod import ArmWindows
 from slotune.metrics.window import MetricsUnavailable, UnavailableReason
 from slotune.perfmodel import Deployment
 from slotune.slo import SLOSpec
-from slotune.snapshot import LatencyMetric, LatencySummary, MetricsSnapshot, Source
+from slotune.snapshot import LatencyMetric
+from tests.unit.canary_pods import CanaryPods, window
 
 SLO = SLOSpec.model_validate({"ttft": {"p99": 300}})
 OLD = RuntimeConfig(max_num_seqs=4, replicas=3)
 NEW = OLD.with_changes(max_num_seqs=32)
 
 
-def _window(scale: float, n: int, seed: int) -> MetricsSnapshot:
-    samples = np.random.default_rng(seed).lognormal(np.log(200.0), 0.4, n) * scale
-    return MetricsSnapshot(Source.SIMULATOR, 10.0, n, ttft=LatencySummary.from_samples(samples))
+def _pods(**kwargs: object) -> CanaryPods:
+    return CanaryPods(OLD, **kwargs)  # type: ignore[arg-type]
 
 
-@dataclass
-class Pods:
-    """Three replicas whose configs the test reads back; the canary is one of them, as the Kubernetes backend's."""
-
-    configs: dict[str, RuntimeConfig] = field(default_factory=lambda: dict.fromkeys(("p0", "p1", "p2"), OLD))
-    canary: tuple[str, RuntimeConfig] | None = None
-    canary_scale: float = 1.0  # the canary's latency relative to its siblings'
-    windows: int = 0
-
-    def apply(self, config: RuntimeConfig) -> ApplyResult:
-        wanted = {pod: self.canary[1] if self.canary and self.canary[0] == pod else config for pod in self.configs}
-        changed = wanted != self.configs
-        self.configs = wanted
-        return ApplyResult.success(changed=changed)
-
-    def ready(self) -> bool:
-        return True
-
-    def start_canary(self, running: RuntimeConfig, candidate: RuntimeConfig) -> object:
-        self.canary = ("p0", candidate)
-        return type("Started", (), {"pod": "p0", "result": self.apply(running)})()
-
-    def end_canary(self) -> None:
-        self.canary = None
-
-    def measure(self, window_s: float) -> MetricsSnapshot:
-        self.windows += 1
-        return _window(1.0, 600, self.windows)
-
-    def arms(self, canary_pod: str) -> ArmWindows:
-        return ArmWindows(canary_pod, _window(self.canary_scale, 200, 100 + self.windows), ("p1", "p2"),
-                          _window(1.0, 400, 200 + self.windows))
-
-
-def _tuner(pods: Pods) -> tuple[Tuner, MemoryStateStore]:
+def _tuner(pods: CanaryPods) -> tuple[Tuner, MemoryStateStore]:
     h100 = Deployment.from_names("llama-3.1-8b", "h100")
     problem = TuningProblem(SLO, TuningSpec(cooldown_s=0, min_samples=10), h100, OLD)
     store = MemoryStateStore()
     pending = PendingChange(config=NEW, previous=OLD, knob=Knob.MAX_NUM_SEQS, change="maxNumSeqs 4 -> 32",
                             reason="queueing", target_metric=LatencyMetric.TTFT, target_percentile=99)
-    store.save(TuningState(phase=Phase.TUNING, current=OLD, pending=pending, baseline=_window(1.0, 600, 0),
+    store.save(TuningState(phase=Phase.TUNING, current=OLD, pending=pending, baseline=window(1.0, 600, 0),
                            tried_keys=frozenset({OLD.key()})))
     return Tuner(problem, pods, pods, store), store
 
 
 def test_a_faster_canary_is_promoted_to_every_pod() -> None:
-    pods = Pods(canary_scale=0.5)
+    pods = _pods(canary_scale=0.5)
     tuner, _ = _tuner(pods)
     state = tuner.step()  # the change goes to the canary pod only
     assert state.pending is not None and state.pending.canary_pod == "p0"
@@ -98,7 +61,7 @@ def test_a_faster_canary_is_promoted_to_every_pod() -> None:
 
 
 def test_a_slower_canary_is_rolled_back_on_the_canary_alone() -> None:
-    pods = Pods(canary_scale=1.5)
+    pods = _pods(canary_scale=1.5)
     tuner, _ = _tuner(pods)
     tuner.step()
     sent: list[dict[str, RuntimeConfig]] = []
@@ -116,7 +79,7 @@ def test_a_slower_canary_is_rolled_back_on_the_canary_alone() -> None:
 
 
 def test_one_replica_is_verified_before_after() -> None:
-    pods = Pods()
+    pods = _pods()
     pods.start_canary = lambda running, candidate: None  # type: ignore[method-assign]  # the backend declines
     tuner, _ = _tuner(pods)
     state = tuner.step()
@@ -127,7 +90,7 @@ def test_one_replica_is_verified_before_after() -> None:
 
 
 def test_a_canary_whose_pod_vanished_starts_again_and_is_then_judged() -> None:
-    pods = Pods(canary_scale=0.5)
+    pods = _pods(canary_scale=0.5)
     tuner, _ = _tuner(pods)
     tuner.step()
     arms = pods.arms

@@ -1,4 +1,5 @@
-"""Diagnosis: one test per bottleneck rule (DESIGN.md workflow step 2), on windows built with known breakdowns."""
+"""Diagnosis: one test per bottleneck rule (docs/architecture.md, "The tuning workflow", step 2), on windows built
+with known breakdowns."""
 
 from __future__ import annotations
 

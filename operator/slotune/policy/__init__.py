@@ -44,7 +44,7 @@ from slotune.policy.diagnosis import Diagnosis, diagnose
 from slotune.policy.headroom import propose_headroom
 from slotune.policy.infeasible import infeasible
 from slotune.policy.inputs import Infeasible, PolicyInput, Proposal, Remedy, kv_room
-from slotune.policy.moves import budget_cap, chunked_prefill, enable_prefix_cache, speculate
+from slotune.policy.moves import budget_cap, chunked_prefill, enable_prefix_cache, quantize, speculate
 from slotune.policy.remedies import percentile_of, remedies_for
 from slotune.policy.risk import reverts
 from slotune.policy.sizing import (
@@ -190,9 +190,8 @@ def weigh_knobs(diagnosis: Diagnosis, given: PolicyInput) -> Diagnosis:
 
 def propose_trim(given: PolicyInput) -> Proposal | None:
     """Once every SLO holds: first give back every kept output-altering change (policy.risk.reverts), then make
-    replicas cheaper (prefix caching, larger batches or budgets), then use fewer of them, down to what the capacity
-    model says the load needs. Each step is kept only if the SLO still holds. 8-bit weights are never a cost
-    saving: they change outputs, so only a target that needs them keeps them."""
+    replicas cheaper (prefix caching, larger batches or budgets, 8-bit weights where allowed), then use fewer of
+    them, down to what the capacity model says the load needs. Each step is kept only if the SLO still holds."""
     c, bounds = given.config, given.tuning.bounds
     efficiency = _efficiency(given) if c.replicas > bounds.min_replicas else []
     needed = max(bounds.min_replicas, replicas_for_load(given, c))
@@ -229,4 +228,5 @@ def _efficiency(given: PolicyInput) -> list[Remedy]:
     if budget > c.max_num_batched_tokens:
         found.append(Remedy(c.with_changes(max_num_batched_tokens=budget), Knob.MAX_NUM_BATCHED_TOKENS,
                             "fewer, larger prefill steps"))
-    return found
+    quant = quantize(given, "8-bit weights serve more per replica")
+    return found + [r for r in (quant,) if r]

@@ -60,10 +60,3 @@ def test_a_kept_output_altering_change_is_offered_back_once_the_slo_holds():
     assert trim is not None and trim.trim
     assert trim.knob is Knob.QUANTIZATION and trim.config.quantization is Quantization.NONE
     assert trim.config.max_num_seqs == 16
-
-
-def test_8_bit_weights_are_never_a_cost_saving():
-    plain = ONE_AT_A_TIME.with_changes(max_num_seqs=16, replicas=2)
-    met = simulate_workload(CPU, plain, CHAT, 40, seed=1).snapshot
-    trim = propose_trim(PolicyInput(plain, met, SLO, TUNING, CPU, workload=CHAT))
-    assert trim is None or risk_of(plain, trim.config) is Risk.PLAIN, trim

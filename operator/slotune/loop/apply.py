@@ -27,6 +27,7 @@ class ApplyStep:
         self.problem, self.backend, self.source, self.store, self.clock = problem, backend, source, store, clock
         self.quality = quality  # judges changes that can alter outputs (slotune.quality); None: latency alone
         self.wake_at_s: float | None = None  # when the last step expects the next one to have work (None: soon)
+        self._ignored = ""  # this step's window's readings dropped as out of their domain (metrics.domain)
 
     def _start(self) -> TuningState:
         state = TuningState.initial(self.problem.initial)
@@ -109,6 +110,8 @@ class ApplyStep:
                              verification=method)
 
     def _save(self, state: TuningState) -> TuningState:
+        if self._ignored and self._ignored not in state.message:  # said in status whatever the step decided
+            state = state.evolve(message=f"{state.message}; {self._ignored}")
         self.store.save(state)
         return state
 

@@ -1,8 +1,10 @@
 """The loop's second step: measure. The window that just ended is read only if every replica ran the config the state
 calls running through it (a replica that drifted is repaired and the window discarded, so a verdict is never drawn
-from a config that did not run); no metrics keeps the config and says so; windows too small to judge pool with the
-next ones of the same config. Each judged window also calibrates the performance model (the measured step speed)
-and the draft acceptance, and is diagnosed (slotune.policy.diagnosis) against the deployment as measured.
+from a config that did not run); a window with values outside their domain is discarded, or those values dropped
+(slotune.metrics.domain), and the status says which; no metrics keeps the config and says so; windows too small to
+judge pool with the next ones of the same config. Each judged window also calibrates the performance model (the
+measured step speed) and the draft acceptance, and is diagnosed (slotune.policy.diagnosis) against the deployment as
+measured.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from slotune.knobs import RuntimeConfig
 from slotune.loop.apply import ApplyStep
 from slotune.loop.protocols import ApplyResult, MetricsUnavailable, WindowOpen
 from slotune.loop.state import TuningState
+from slotune.metrics.domain import checked
 from slotune.perfmodel.deployment import Deployment
 from slotune.perfmodel.window_step import speed_ratio
 from slotune.policy.diagnosis import Diagnosis, diagnose, window_acceptance
@@ -54,7 +57,11 @@ class MeasureStep(ApplyStep):
         served = self.backend.apply(state.running)
         if not served.ok or served.changed:
             return self._save(self._drifted(state, served))
-        return snapshot
+        check = checked(snapshot)
+        if check.snapshot is None:  # a verdict drawn from it would be drawn from a counter reset or a NaN
+            return self._save(state.evolve(metrics_available=False, message=f"{check.describe()}; measuring again"))
+        self._ignored = check.describe()
+        return check.snapshot
 
     def _pool_short(self, state: TuningState, snapshot: MetricsSnapshot) -> tuple[MetricsSnapshot, TuningState]:
         """Windows too small to judge pool with the next ones of the same config: a slow config serves few requests

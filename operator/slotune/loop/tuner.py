@@ -27,7 +27,7 @@ from slotune.snapshot import MetricsSnapshot
 class Tuner(VerifyStep, ReopenStep):
     def step(self) -> TuningState:
         """Judge one window (or advance a rollout, or finish an interrupted apply). Returns the saved state."""
-        self.wake_at_s = None
+        self.wake_at_s, self._ignored = None, ""
         state = self.store.load() or self._start()
         if state.rollout is not None:
             state = self._await_rollout(state)

@@ -17,7 +17,8 @@ applies what it answers. Where each rule is:
 - `diagnosis`: what limits the window (the bottleneck, the floors, the evidence), the input to every rule below;
 - this module: `propose` (the next change, or Infeasible), `squeeze_verdict` (the roomiest config measured),
   `infeasible_evidence`, `propose_trim` (cost savings once the SLO holds);
-- `remedies` (the ordered remedies per bottleneck), `moves` (single-knob steps), `sizing` (load, targets,
+- `remedies` (the ordered remedies per bottleneck), `risk` (least invasive first; output-altering changes given
+  back once the SLO holds), `moves` (single-knob steps), `sizing` (load, targets,
   admissibility, naming), `inputs` (what the policy reads and answers), `infeasible` (what would be needed),
   `best_effort` (the targets still in reach, the capacity steps when far overloaded);
 - `headroom` (after a failed trim), `keep` (keep or roll back: the judge's verdict amended by `worst_miss` and the
@@ -45,6 +46,7 @@ from slotune.policy.infeasible import infeasible
 from slotune.policy.inputs import Infeasible, PolicyInput, Proposal, Remedy, kv_room
 from slotune.policy.moves import budget_cap, chunked_prefill, enable_prefix_cache, quantize, speculate
 from slotune.policy.remedies import percentile_of, remedies_for
+from slotune.policy.risk import reverts
 from slotune.policy.sizing import (
     MAX_MOVE_ATTEMPTS,
     admissible,
@@ -187,7 +189,8 @@ def weigh_knobs(diagnosis: Diagnosis, given: PolicyInput) -> Diagnosis:
 
 
 def propose_trim(given: PolicyInput) -> Proposal | None:
-    """Once every SLO holds: make replicas cheaper (prefix caching, 8-bit weights where allowed), then use fewer of
+    """Once every SLO holds: first give back every kept output-altering change (policy.risk.reverts), then make
+    replicas cheaper (prefix caching, larger batches or budgets, 8-bit weights where allowed), then use fewer of
     them, down to what the capacity model says the load needs. Each step is kept only if the SLO still holds."""
     c, bounds = given.config, given.tuning.bounds
     efficiency = _efficiency(given) if c.replicas > bounds.min_replicas else []
@@ -201,6 +204,7 @@ def propose_trim(given: PolicyInput) -> Proposal | None:
     if prepared is not None and bounds.min_replicas <= prepared < c.replicas:
         retry = Remedy(c.with_changes(replicas=prepared), Knob.REPLICAS, f"headroom added for {prepared} replicas")
         candidates = [retry, *candidates]
+    candidates = [*reverts(given), *candidates]
     target = given.slo.targets()[0]
     for config, knob, why, *_ in candidates:
         if admissible(config, knob, given):

@@ -28,6 +28,7 @@ from slotune.slo import SLOSpec, TargetResult
 from slotune.snapshot import LatencyMetric, MetricsSnapshot
 from slotune.workload import WorkloadSpec
 
+BEST_ACCEPTANCE = 0.999  # per-token draft acceptance at its bound: every drafted token accepted (floors cap a there)
 QUEUE_DOMINATES = 0.5  # queue share of TTFT at the violated percentile
 TAIL_RATIO = 1.6  # TPOT p99 / p50 above this, with the median within the target, is a tail problem
 ITL_TAIL_RATIO = 4.0  # per-token gaps: a p99 this far above the median means decodes stall behind long steps
@@ -76,7 +77,12 @@ def diagnose(snapshot: MetricsSnapshot, config: RuntimeConfig, slo: SLOSpec, dep
     violated = tuple(r for r in results if not r.met)
     accept = window_acceptance(snapshot, config, acceptance)
     found = _floors(snapshot, config, deployment, workload, accept, tuning, draft_model)
-    out_of_reach = tuple(r.target.name for r in violated if r.target.target_ms < _floor_of(r, found, reachable=True))
+    # Out of reach is a verdict: no prior decides it. Before the acceptance was measured, the reachable floor is the
+    # one at the best acceptance the bounds allow, so speculation is measured once before a target is given up.
+    measured = acceptance is not None or (config.speculative is not None and snapshot.spec_acceptance_rate is not None)
+    reach = found if measured else _floors(snapshot, config, deployment, workload, BEST_ACCEPTANCE, tuning,
+                                           draft_model)
+    out_of_reach = tuple(r.target.name for r in violated if r.target.target_ms < _floor_of(r, reach, reachable=True))
     below = tuple(r.target.name for r in violated
                   if r.target.name not in out_of_reach and r.target.target_ms < _floor_of(r, found, reachable=False))
     confidence = min(1.0, snapshot.num_requests / FULL_CONFIDENCE_SAMPLES)

@@ -18,6 +18,7 @@ from slotune.policy.moves import (
     speculate,
     unspeculate,
 )
+from slotune.policy.risk import least_invasive_first
 from slotune.policy.sizing import (
     acceptance_of,
     batch_binds,
@@ -39,9 +40,10 @@ def percentile_of(slo: SLOSpec, metric: LatencyMetric, fallback: int) -> int:
 
 
 def remedies_for(diagnosis: Diagnosis, given: PolicyInput) -> list[Remedy]:
-    """Every remedy worth a window, most promising first: speculation off where measured acceptance makes it a
-    loss; then, where a TPOT target is below this config's floor but not the reachable one, the precision and
-    speculation changes that lower the floor, before the bottleneck's own list; the floor movers are considered under
+    """Every remedy worth a window, least invasive first (policy.risk) unless a TPOT target is below this config's
+    floor, most promising first within: speculation off where measured acceptance makes it a loss; then, where a
+    TPOT target is below this config's floor but not the reachable one, the precision and speculation changes that
+    lower the floor, before the bottleneck's own list; the floor movers are considered under
     every bottleneck where a TPOT target is violated. Nothing where a target is below every allowed config's floor."""
     unspeculated = unspeculate(given)
     head = [unspeculated] if unspeculated else []
@@ -55,7 +57,9 @@ def remedies_for(diagnosis: Diagnosis, given: PolicyInput) -> list[Remedy]:
     movers = _floor_movers(diagnosis, given)
     remedies = [*movers, *remedies] if diagnosis.below_floor else [*remedies, *movers]
     last = _queued_behind_decodes(diagnosis, given)
-    return _unique([*head, *remedies, *_fallbacks(diagnosis.bottleneck, given), *last])
+    found = _unique([*head, *remedies, *_fallbacks(diagnosis.bottleneck, given), *last])
+    # Below this config's floor only the floor movers can close the gap: their order stands (policy.risk).
+    return found if diagnosis.below_floor else least_invasive_first(found, given.config)
 
 
 def _queued_behind_decodes(diagnosis: Diagnosis, given: PolicyInput) -> list[Remedy]:

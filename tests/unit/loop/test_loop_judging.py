@@ -86,7 +86,7 @@ def test_best_effort_that_spends_the_budget_keeps_the_reason_it_is_infeasible():
     best effort spent maxIterations on TTFT; the verdict then read 'maxIterations (4) reached' and no longer named
     the bandwidth or the accelerator that is missing."""
     chat = WorkloadSpec(profile=Profile.CHAT, request_rate_per_s=1.0)
-    slo = SLOSpec.model_validate({"ttft": {"p99": 3000}, "tpot": {"p99": 20}})
+    slo = SLOSpec.model_validate({"ttft": {"p99": 3000}, "tpot": {"p99": 1}})
     world = SimulatedDeployment(L4, chat, requests_per_window=150)
     tuning = TUNING.model_copy(update={"max_iterations": 1})
     tuner = Tuner(TuningProblem(slo, tuning, L4, POOR, chat), world, world, MemoryStateStore())

@@ -101,7 +101,7 @@ def test_the_replica_step_stays_once_speculation_brought_the_floor_under_the_tar
 
 
 def test_infeasible_only_when_no_allowed_combination_has_a_floor_under_the_target():
-    impossible = SLOSpec.model_validate({"tpot": {"p99": 1}})
+    impossible = SLOSpec.model_validate({"tpot": {"p99": 0.3}})
     decision = _decide(_given(H100, RuntimeConfig(), impossible))
     assert isinstance(decision, Infeasible)
     assert "any allowed config" in decision.reason

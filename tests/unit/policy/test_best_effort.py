@@ -19,10 +19,11 @@ TUNING = TuningSpec(bounds=KnobBounds(max_replicas=4))
 FLOOD = WorkloadSpec(profile=Profile.CHAT, request_rate_per_s=150)  # ~90 L4 replicas' worth of 8B chat
 
 
-def _decide(config: RuntimeConfig, workload: WorkloadSpec, slo: SLOSpec = SLO) -> Proposal | Infeasible:
+def _decide(config: RuntimeConfig, workload: WorkloadSpec, slo: SLOSpec = SLO,
+            acceptance: float | None = None) -> Proposal | Infeasible:
     snapshot = simulate_workload(L4, config, workload, 150, seed=0).snapshot
-    given = PolicyInput(config, snapshot, slo, TUNING, L4, workload=workload)
-    return propose(diagnose(snapshot, config, slo, L4, workload), given)
+    given = PolicyInput(config, snapshot, slo, TUNING, L4, workload=workload, spec_acceptance=acceptance)
+    return propose(diagnose(snapshot, config, slo, L4, workload, acceptance=acceptance), given)
 
 
 def test_an_overload_far_beyond_max_replicas_is_infeasible_once_every_replica_was_measured():
@@ -36,10 +37,11 @@ def test_an_overload_far_beyond_max_replicas_is_infeasible_once_every_replica_wa
 
 
 def test_with_tpot_out_of_reach_the_ttft_target_is_still_worked_on():
-    """TPOT below every allowed config's floor; TTFT is queueing behind a batch limit of 4: best effort raises it."""
+    """TPOT below every allowed config's floor at the measured draft acceptance (unmeasured, speculation is measured
+    first: policy.diagnosis); TTFT is queueing behind a batch limit of 4: best effort raises it."""
     slo = SLOSpec.model_validate({"ttft": {"p99": 3000}, "tpot": {"p99": 20}})
     busy = WorkloadSpec(profile=Profile.CHAT, request_rate_per_s=1.5)
-    decision = _decide(RuntimeConfig(max_num_seqs=4), busy, slo)
+    decision = _decide(RuntimeConfig(max_num_seqs=4), busy, slo, acceptance=0.3)
     assert isinstance(decision, Infeasible) and "tpot_p99" in decision.reason
     assert decision.best_effort is not None and decision.best_effort.target_metric is LatencyMetric.TTFT
     assert decision.best_effort.reason.startswith("best effort")

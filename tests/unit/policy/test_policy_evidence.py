@@ -35,7 +35,7 @@ def test_an_overload_is_evidence_on_the_first_window_before_any_replica_was_adde
 
 def test_a_tpot_below_every_allowed_floor_is_evidence_and_a_reachable_slo_is_none():
     light = WorkloadSpec(profile=Profile.CHAT, request_rate_per_s=1)
-    found = _evidence(L4, RuntimeConfig(max_num_seqs=8), light, SLOSpec.model_validate({"tpot": {"p99": 20}}))
+    found = _evidence(L4, RuntimeConfig(max_num_seqs=8), light, SLOSpec.model_validate({"tpot": {"p99": 1}}))
     assert found is not None and "tpot_p99" in found
     busy = WorkloadSpec(profile=Profile.CHAT, request_rate_per_s=40)
     relaxed = SLOSpec.model_validate({"ttft": {"p99": 2000}, "tpot": {"p99": 100}})

@@ -150,6 +150,8 @@ class MetricsSnapshot:
     kv_cache_usage: float | None = None  # 0..1, mean over the window
     num_preemptions: float = 0.0
     num_failed_requests: int = 0  # rejected (429) or errored; count as SLO violations
+    arrival_rate_per_s: float | None = None  # requests arriving per second (request_rate_per_s counts finished ones)
+    num_waiting_end: float | None = None  # per replica, waiting when the window ended (num_waiting_mean's sibling)
 
     def latency(self, metric: LatencyMetric) -> LatencySummary:
         return getattr(self, metric.value)

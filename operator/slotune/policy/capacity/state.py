@@ -22,6 +22,7 @@ class ScaleStep(BaseModel):
     predicted_per_replica: float  # requests/s each replica was expected to serve within the SLO
     waiting_at_order: float  # the queue it was ordered into
     judged: bool = False
+    served_at_s: float | None = None  # when every replica it ordered first served (its start-up, measured)
 
     @property
     def up(self) -> bool:

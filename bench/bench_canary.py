@@ -1,4 +1,5 @@
-"""Canary verification, measured (issue 18): is the canary rule (slotune.canary) honest and does it see what it should?
+"""Canary verification, measured (issue 18): is the canary rule (slotune.judge.canary) honest and does it see what it
+should?
 
 (a) A/A on real runtime processes: two `python -m gpu_runtime serve` processes of one config (tiny model, CPU), one
     closed-loop load (slotune.loadgen) split evenly between them (round robin). Each trial is one window that ends
@@ -6,9 +7,9 @@
     the bucket counts Prometheus would see); the canary role alternates between the two processes. The rule is
     judged as the operator runs it: false promotes (and false "worse") against its stated alpha.
     Before the A/A trials, CALIBRATION windows of the same two processes (no canary, the first against the other,
-    as the operator reads windows without a canary) give the pods' A/A spread (slotune.canary_noise); every trial
+    as the operator reads windows without a canary) give the pods' A/A spread (slotune.judge.canary_noise); every trial
     window is then judged side by side by the exact test alone and with that floor, and as the operator's first
-    look (slotune.canary_pool: its level, the floor, and whether the look is final).
+    look (slotune.judge.canary_pool: its level, the floor, and whether the look is final).
 (b) Slowdown: one process is reconfigured live (POST /admin/config, as the operator does a canary) to a config that
     serves the same load more slowly (a prefill token budget of 32 instead of 256: a prompt of 32-64 tokens prefills
     over two steps instead of one, so TTFT grows by about half); the runtime has no flag for an injected per-step
@@ -38,9 +39,9 @@ import httpx
 from bench.canary_ramp import WINDOW_S, run_ramps
 from gpu_runtime.checkpoint import build_checkpoint
 from slotune.backends.processes import LaunchSpec, RuntimeProcess
-from slotune.canary import ALPHA, METHOD, CanaryOutcome, judge
-from slotune.canary_noise import NoiseFloor
-from slotune.canary_pool import judge_pooled, pooled
+from slotune.judge.canary import ALPHA, METHOD, CanaryOutcome, judge
+from slotune.judge.canary_noise import NoiseFloor
+from slotune.judge.canary_pool import judge_pooled, pooled
 from slotune.knobs import RuntimeConfig
 from slotune.loadgen.runner import RunPlan, run_workload
 from slotune.metrics.exposition import Exposition
@@ -109,7 +110,7 @@ def window(client: httpx.Client, urls: list[str], canary: int) -> tuple[MetricsS
 
 
 def calibrate(urls: list[str], windows: int) -> NoiseFloor:
-    """The pods' A/A spread: `windows` windows of the first process against the other (slotune.canary_noise)."""
+    """The pods' A/A spread: `windows` windows of the first process against the other (slotune.judge.canary_noise)."""
     floor = NoiseFloor()
     with httpx.Client(timeout=30) as client:
         for index in range(windows):
@@ -237,7 +238,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"Two runtime processes (tiny model, CPU, {BASE.describe()}), closed-loop load of {CONCURRENCY} requests in "
         f"flight split evenly; a window ends when each arm finished {WINDOW_REQUESTS} requests; scraped /metrics "
         f"bucket counts. First {real['calibration_windows']} A/A windows without a canary (the first process against "
-        f"the other) give the pods' spread (slotune.canary_noise): TTFT P50 log ratios RMS {p50_rms:.3f}, so a "
+        f"the other) give the pods' spread (slotune.judge.canary_noise): TTFT P50 log ratios RMS {p50_rms:.3f}, so a "
         f"median must move beyond x{p50['factor_at_alpha']:.2f} (x{p50['factor_at_first_look']:.2f} at the "
         "operator's first look) before the rule calls it. Each trial window is then judged side by side: the exact "
         "test alone, with the floor, and as the operator's first look (its level, the floor, and whether the look "

@@ -2,12 +2,12 @@
 measured on runtimes, because a ramp's effect on both methods needs many identical repetitions of one ramp.
 
 Each trial: a change is decided on window N (the old config at the load of the ramp then) and applied; the load has
-moved by window N+1. Before/after (slotune.verification.verify, as the tuner runs it, including its one extra window
-pooled when a verdict is inconclusive) compares window N with window N+1 (and N+2). The canary (slotune.canary.judge)
-runs the candidate on one of the replicas during window N+1, the others keep the old config, the window's requests
-split round robin, and compares the arms within window N+1. The right answer is known: the candidate is worse (or
-better) than the old config at any one load. Time to decision: simulated seconds from applying the change to the
-verdict (windows judged x the window length).
+moved by window N+1. Before/after (slotune.judge.verification.verify, as the tuner runs it, including its one extra
+window pooled when a verdict is inconclusive) compares window N with window N+1 (and N+2). The canary
+(slotune.judge.canary.judge) runs the candidate on one of the replicas during window N+1, the others keep the old
+config, the window's requests split round robin, and compares the arms within window N+1. The right answer is known: the
+candidate is worse (or better) than the old config at any one load. Time to decision: simulated seconds from applying
+the change to the verdict (windows judged x the window length).
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from slotune.canary import CanaryOutcome, judge
+from slotune.judge.canary import CanaryOutcome, judge
+from slotune.judge.verification import verify
 from slotune.knobs import RuntimeConfig
 from slotune.perfmodel import Deployment
 from slotune.simulator.cluster import simulate
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencyMetric, MetricsSnapshot
-from slotune.verification import verify
 from slotune.workload import PlannedRequest, Profile, WorkloadSpec, plan_requests
 
 DEPLOYMENT = Deployment.from_names("llama-3.1-8b", "h100")

@@ -24,9 +24,9 @@ COMMANDS = (
     Command("bench", "slotune.loadgen.command", "drive a workload against an OpenAI-compatible server"),
     Command("bench-tuner", "slotune.tunerbench.command", "compare tuning strategies on simulated scenarios"),
     Command("operator", "slotune.controller.command", "run the Kubernetes operator"),
-    Command("crd", "slotune.crdgen", "print or write the TunedModel CRD generated from the API models"),
-    Command("api-docs", "slotune.apidocs", "print or write the TunedModel field reference in markdown"),
-    Command("validate", "slotune.validate", "check a TunedModel file and print it with defaults filled in"),
+    Command("crd", "slotune.commands.crdgen", "print or write the TunedModel CRD generated from the API models"),
+    Command("api-docs", "slotune.commands.apidocs", "print or write the TunedModel field reference in markdown"),
+    Command("validate", "slotune.commands.validate", "check a TunedModel file and print it with defaults filled in"),
 )
 
 

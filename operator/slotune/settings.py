@@ -1,7 +1,8 @@
 """The operator's settings: one frozen object built from the environment and the `slotune operator` flags.
 
-It sits in the bottom layer, beside the API types, because the builders below the controller (`slotune.resources`,
-the Kubernetes backend) take it as an argument: the controller builds it once and passes it down.
+It sits in the bottom layer, beside the API types, because the builders below the controller
+(`slotune.manifests.resources`, the Kubernetes backend) take it as an argument: the controller builds it once and passes
+it down.
 
 The environment variables are the operator <-> chart contract (charts/slotune/templates/deployment.yaml sets them);
 a flag of the same name wins over its variable. Two settings exist for running the operator outside the cluster
@@ -36,7 +37,7 @@ class OperatorSettings:
     vllm_image: str = "vllm/vllm-openai:v0.11.0"
     """Image for spec.runtime.engine vllm."""
     allowed_builtin_images: tuple[str, ...] = ("ghcr.io/slotune/runtime",)
-    """Runtime policy (slotune.admission): image repositories a TunedModel may name for the builtin engine."""
+    """Runtime policy (slotune.manifests.admission): image repositories a TunedModel may name for the builtin engine."""
     allowed_vllm_images: tuple[str, ...] = ("vllm/vllm-openai",)
     """Runtime policy: image repositories a TunedModel may name for the vllm engine."""
     allow_extra_args: bool = True

@@ -23,10 +23,10 @@ from slotune.api import parse_tunedmodel
 from slotune.backends.kube_api import KubeAPI
 from slotune.backends.kube_canary_pod import CANARY_POD_LABEL, canary_deployment_name
 from slotune.backends.kube_deployment import KubernetesBackend
-from slotune.canary import CanaryOutcome, CanaryVerdict
-from slotune.canary_pool import MAX_LOOKS, judge_pooled, pooled
 from slotune.controller.run import deploy
 from slotune.controller.status import readiness
+from slotune.judge.canary import CanaryOutcome, CanaryVerdict
+from slotune.judge.canary_pool import MAX_LOOKS, judge_pooled, pooled
 from slotune.knobs import RuntimeConfig
 from slotune.metrics.names import names_for
 from slotune.metrics.per_pod import ArmWindows, arm_windows
@@ -129,7 +129,7 @@ def test_a_restart_change_is_canaried_on_one_extra_pod(kube, namespace, promethe
         # An operator restarted mid-canary (a new backend object, nothing in memory) finds the same pod.
         again = KubernetesBackend(api, backend.tm, settings).start_canary(running, candidate)
         assert again is not None and again.result.ok and again.pod == pod
-        # Judged as the loop judges it: both arms pooled over up to MAX_LOOKS windows (slotune.canary_pool). One
+        # Judged as the loop judges it: both arms pooled over up to MAX_LOOKS windows (slotune.judge.canary_pool). One
         # window's P99 test cannot show "better" on ~60 requests an arm (0 exceedances of 60 has p ~ 0.55 at 1%).
         pool = None
         for _ in range(MAX_LOOKS):

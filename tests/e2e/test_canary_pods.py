@@ -5,7 +5,7 @@ back after each step, and the sibling never changes during a canary.
 
 The test plays the loop's part (start the canary, judge its window, end it and apply the verdict), as
 test_pod_config_invariant does; the operator's Kubernetes backend, per-pod reads (slotune.metrics.per_pod) and
-decision rule (slotune.canary) are the real ones, as are the control plane, Prometheus and the runtime processes
+decision rule (slotune.judge.canary) are the real ones, as are the control plane, Prometheus and the runtime processes
 (tests/e2e/harness/kubelet.py runs one per Ready pod of kwok's fake nodes). tests/unit/test_loop_canary.py covers
 the tuner's side of the same path.
 """
@@ -23,8 +23,8 @@ from slotune.api import parse_tunedmodel
 from slotune.backends.kube_api import KubeAPI
 from slotune.backends.kube_canary import CanaryAssignment
 from slotune.backends.kube_deployment import KubernetesBackend
-from slotune.canary import CanaryOutcome, CanaryVerdict, judge
 from slotune.controller.run import deploy
+from slotune.judge.canary import CanaryOutcome, CanaryVerdict, judge
 from slotune.knobs import RuntimeConfig
 from slotune.metrics.names import names_for
 from slotune.metrics.per_pod import ArmWindows, arm_windows

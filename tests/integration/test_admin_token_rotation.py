@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from slotune.resources import TOKEN_SECRET_ANNOTATION
+from slotune.manifests.resources import TOKEN_SECRET_ANNOTATION
 from tests.e2e.harness.kube import apply, events, get, install_tunedmodel_crd, scratch_namespace, wait_for
 from tests.e2e.harness.operator import OperatorProcess
 from tests.integration.test_operator import tunedmodel

@@ -25,11 +25,11 @@ import yaml
 
 from slotune.api import parse_tunedmodel
 from slotune.knobs import Engine, RuntimeConfig
+from slotune.manifests.resources import ChildNames, build_deployment
 from slotune.metrics.exposition import Exposition
 from slotune.metrics.names import names_for
 from slotune.metrics.promql import Selector
 from slotune.metrics.scrape import readings_from_scrapes
-from slotune.resources import ChildNames, build_deployment
 from slotune.settings import OperatorSettings
 from slotune.snapshot import MetricsSnapshot, Source
 from tests.harness.ports import free_port, wait_for_port
@@ -160,7 +160,7 @@ def write_prometheus_config(workdir: Path, targets_file: Path) -> Path:
 
 
 def runtime_pod_labels(name: str = "llama", namespace: str = "demo") -> dict[str, str]:
-    """The pod labels the operator gives a TunedModel's runtime pods (slotune.resources, the real builder)."""
+    """The pod labels the operator gives a TunedModel's runtime pods (slotune.manifests.resources, the real builder)."""
     tm = parse_tunedmodel({
         "apiVersion": "slotune.io/v1alpha1", "kind": "TunedModel",
         "metadata": {"name": name, "namespace": namespace, "uid": "0000-uid"},

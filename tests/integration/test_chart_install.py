@@ -18,7 +18,7 @@ import yaml
 import kwok_cluster
 from slotune.api import parse_tunedmodel
 from slotune.knobs import RuntimeConfig
-from slotune.resources import build_deployment, build_secret, build_service
+from slotune.manifests.resources import build_deployment, build_secret, build_service
 from slotune.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]

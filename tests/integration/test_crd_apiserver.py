@@ -28,7 +28,7 @@ from slotune.api import (
 )
 from slotune.api.rules import ApiModel
 from slotune.api.schema import reachable_models
-from slotune.crdgen import CRD_PATH
+from slotune.commands.crdgen import CRD_PATH
 from slotune.knobs import RuntimeConfig
 from tests.unit.api_cases import EXAMPLES, invalid_cases
 

@@ -4,8 +4,8 @@ degraded TunedModel, on the real API server with the CRD's printer columns.
 The fresh and the degraded ones are the operator's work (a real `slotune operator`; the degraded one asks for a PVC
 that does not exist, so its pod stays unschedulable). A measured and a converged status need real windows from
 Prometheus; here they are written through the status subresource exactly as the operator writes them
-(`status_body` of a loop state, with a verdict from slotune.verification), so what is checked is what kubectl shows.
-The operator's peering check is here too: its warning is the first thing a person reads in its log.
+(`status_body` of a loop state, with a verdict from slotune.judge.verification), so what is checked is what kubectl
+shows. The operator's peering check is here too: its warning is the first thing a person reads in its log.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import pytest
 from slotune.api import Phase, Verdict
 from slotune.api.status import Observed, Percentiles
 from slotune.controller.status import Health, status_body
+from slotune.judge.verification import compare
 from slotune.knobs import RuntimeConfig
 from slotune.loop.state import HistoryRecord, TuningState
 from slotune.snapshot import Histogram, LatencySummary
-from slotune.verification import compare
 from tests.e2e.harness.kube import apply, condition, events, get, install_tunedmodel_crd, scratch_namespace, wait_for
 from tests.e2e.harness.operator import OperatorProcess
 from tests.integration.test_operator import tunedmodel

@@ -1,5 +1,6 @@
-"""Cases of the runtime policy (slotune.admission), shared by the operator-side unit test and the API server test, so
-the ValidatingAdmissionPolicy the chart renders and the operator's Python twin are held to the same verdicts."""
+"""Cases of the runtime policy (slotune.manifests.admission), shared by the operator-side unit test and the API server
+test, so the ValidatingAdmissionPolicy the chart renders and the operator's Python twin are held to the same
+verdicts."""
 
 from __future__ import annotations
 

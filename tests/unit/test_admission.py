@@ -1,13 +1,13 @@
-"""The operator's twin of the runtime policy (slotune.admission) gives the verdicts and messages of the shared cases,
-which tests/integration/test_admission_policy.py also holds the chart's ValidatingAdmissionPolicy to."""
+"""The operator's twin of the runtime policy (slotune.manifests.admission) gives the verdicts and messages of the shared
+cases, which tests/integration/test_admission_policy.py also holds the chart's ValidatingAdmissionPolicy to."""
 
 from __future__ import annotations
 
 import pytest
 
-from slotune.admission import OPERATOR_FLAGS, RuntimePolicy, image_allowed, violations
 from slotune.api import parse_tunedmodel
-from slotune.resources import engine_args
+from slotune.manifests.admission import OPERATOR_FLAGS, RuntimePolicy, image_allowed, violations
+from slotune.manifests.resources import engine_args
 from slotune.settings import load_settings
 from tests.unit.runtime_policy_cases import DEFAULT_POLICY_CASES, STRICT_ARGS_CASES, PolicyCase, message
 

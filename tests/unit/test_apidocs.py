@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from slotune.apidocs import DOCS_PATH, render
-from slotune.crdgen import openapi_schema
+from slotune.commands.apidocs import DOCS_PATH, render
+from slotune.commands.crdgen import openapi_schema
 
 
 def test_committed_reference_is_generated() -> None:

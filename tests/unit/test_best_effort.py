@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from slotune.api.tuning import Knob, KnobBounds, TuningSpec
-from slotune.diagnosis import diagnose
 from slotune.knobs import RuntimeConfig
 from slotune.perfmodel import Deployment
 from slotune.policy import Infeasible, PolicyInput, Proposal, propose
 from slotune.policy.best_effort import without_targets
+from slotune.policy.diagnosis import diagnose
 from slotune.simulator import simulate_workload
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencyMetric

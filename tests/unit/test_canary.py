@@ -1,4 +1,4 @@
-"""Canary verification's decision rule (slotune.canary): its false-promote rate under A/A is at most its alpha, it
+"""Canary verification's decision rule (slotune.judge.canary): its false-promote rate under A/A is at most its alpha, it
 catches a 1.5x slowdown of the canary and promotes a 1.5x speed-up, on samples and on the runtime's bucket counts;
 and the per-pod arms pool the siblings' readings (slotune.metrics.per_pod)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from slotune.canary import ALPHA, CanaryOutcome, judge
+from slotune.judge.canary import ALPHA, CanaryOutcome, judge
 from slotune.metrics.per_pod import pool_readings, split_arms
 from slotune.metrics.window import MetricsUnavailable, WindowReadings
 from slotune.slo import SLOSpec

@@ -12,8 +12,8 @@ from slotune.api.status import Verdict, Verification
 from slotune.backends.kube_canary_pod import CANARY_POD_LABEL, build_canary_deployment, room_for_one_more
 from slotune.knobs import RuntimeConfig
 from slotune.loop import ApplyResult
+from slotune.manifests.resources import config_from_annotation, selector_labels
 from slotune.metrics.per_pod import ArmWindows
-from slotune.resources import config_from_annotation, selector_labels
 from slotune.settings import OperatorSettings
 from tests.unit.test_loop_canary import NEW, OLD, _tuner, _window
 from tests.unit.test_resources import tunedmodel

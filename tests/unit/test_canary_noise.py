@@ -1,8 +1,8 @@
-"""The pods' own A/A spread as a floor under the canary rule (slotune.canary_noise): pods that differ from window to
-window by more than sampling (two processes on shared cores) make the exact test call an A/A canary worse or better
-far more often than its level; with a floor learned from A/A windows of the same pods, both stay under it, and a
-1.5x slower canary is still rolled back at its first look. The loop learns the floor from windows without a canary
-(first pod against the others, per-pod reads) and judges its canaries with it."""
+"""The pods' own A/A spread as a floor under the canary rule (slotune.judge.canary_noise): pods that differ from window
+to window by more than sampling (two processes on shared cores) make the exact test call an A/A canary worse or better
+far more often than its level; with a floor learned from A/A windows of the same pods, both stay under it, and a 1.5x
+slower canary is still rolled back at its first look. The loop learns the floor from windows without a canary (first pod
+against the others, per-pod reads) and judges its canaries with it."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from slotune.api.status import Phase, Verdict, Verification
-from slotune.canary import ALPHA, CanaryOutcome, judge
-from slotune.canary_noise import MAX_OBSERVATIONS, MIN_OBSERVATIONS, NoiseFloor
-from slotune.canary_pool import MAX_LOOKS, judge_pooled, pooled
+from slotune.judge.canary import ALPHA, CanaryOutcome, judge
+from slotune.judge.canary_noise import MAX_OBSERVATIONS, MIN_OBSERVATIONS, NoiseFloor
+from slotune.judge.canary_pool import MAX_LOOKS, judge_pooled, pooled
 from slotune.loop import TuningState
 from slotune.loop.canary import observe_noise
 from slotune.metrics.per_pod import FIRST_POD, split_arms

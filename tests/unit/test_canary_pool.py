@@ -1,7 +1,7 @@
-"""A canary judged over several windows, its arms pooled (slotune.canary_pool): a large gain on a handful of requests
-a window is promoted once the windows add up; under A/A the whole sequential procedure, every look counted, promotes
-at most ALPHA of the time; an inconclusive canary ends after MAX_LOOKS windows; an operator restarted mid-canary
-resumes the same pooled test (the pool lives in the loop's saved state)."""
+"""A canary judged over several windows, its arms pooled (slotune.judge.canary_pool): a large gain on a handful of
+requests a window is promoted once the windows add up; under A/A the whole sequential procedure, every look counted,
+promotes at most ALPHA of the time; an inconclusive canary ends after MAX_LOOKS windows; an operator restarted
+mid-canary resumes the same pooled test (the pool lives in the loop's saved state)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from slotune.api.status import Verdict, Verification
-from slotune.canary import ALPHA, CanaryOutcome
-from slotune.canary_pool import MAX_LOOKS, CanaryPool, judge_pooled, look_alpha, pooled
+from slotune.judge.canary import ALPHA, CanaryOutcome
+from slotune.judge.canary_pool import MAX_LOOKS, CanaryPool, judge_pooled, look_alpha, pooled
 from slotune.loop import Tuner
 from slotune.metrics.per_pod import ArmWindows
 from slotune.snapshot import LatencyMetric, LatencySummary, MetricsSnapshot, Source

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import re
 
-from slotune.admission import OPERATOR_FLAGS
+from slotune.manifests.admission import OPERATOR_FLAGS
 from tests.unit.test_chart_render import CHART, helm, operator_container, render
 
 

@@ -1,9 +1,10 @@
-"""The chart's NetworkPolicy: one per named namespace, selecting exactly the pods slotune.resources labels, admitting
-the operator's pods to the API and admin ports, and the listed clients to the API port only (never /admin/config)."""
+"""The chart's NetworkPolicy: one per named namespace, selecting exactly the pods slotune.manifests.resources labels,
+admitting the operator's pods to the API and admin ports, and the listed clients to the API port only (never
+/admin/config)."""
 
 from __future__ import annotations
 
-from slotune.resources import ADMIN_PORT, RUNTIME_PORT, labels
+from slotune.manifests.resources import ADMIN_PORT, RUNTIME_PORT, labels
 from tests.unit.test_chart_render import one, render
 
 

@@ -13,7 +13,7 @@ import yaml
 
 from slotune.api import parse_tunedmodel
 from slotune.knobs import RuntimeConfig, SpeculativeConfig, SpeculativeMethod
-from slotune.resources import build_deployment
+from slotune.manifests.resources import build_deployment
 from slotune.settings import AdminTransport, OperatorSettings, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]

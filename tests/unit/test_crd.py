@@ -12,7 +12,7 @@ import yaml
 from slotune.api import TunedModelSpec, TunedModelStatus
 from slotune.api.rules import rules_of
 from slotune.api.schema import reachable_models
-from slotune.crdgen import CRD_PATH, PRINTER_COLUMNS, build_crd, render
+from slotune.commands.crdgen import CRD_PATH, PRINTER_COLUMNS, build_crd, render
 
 FORBIDDEN = ("$ref", "$defs", "anyOf", "oneOf", "allOf", "const", "title", "uniqueItems")
 

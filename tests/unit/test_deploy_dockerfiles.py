@@ -17,7 +17,7 @@ import torch
 from gpu_runtime.cli import build_parser
 from slotune.api import parse_tunedmodel
 from slotune.knobs import RuntimeConfig
-from slotune.resources import RUNTIME_UID, build_deployment
+from slotune.manifests.resources import RUNTIME_UID, build_deployment
 from slotune.settings import OperatorSettings
 
 ROOT = Path(__file__).resolve().parents[2]

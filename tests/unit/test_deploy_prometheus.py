@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from slotune.api import parse_tunedmodel
-from slotune.resources import TUNEDMODEL_LABEL, ChildNames, build_service, labels
+from slotune.manifests.resources import TUNEDMODEL_LABEL, ChildNames, build_service, labels
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRAPE_JOB = yaml.safe_load((ROOT / "deploy" / "prometheus" / "scrape-config.yaml").read_text())["scrape_configs"][0]

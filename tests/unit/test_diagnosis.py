@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from slotune.diagnosis import Bottleneck, diagnose
 from slotune.knobs import RuntimeConfig
 from slotune.perfmodel import Deployment
+from slotune.policy.diagnosis import Bottleneck, diagnose
 from slotune.simulator import simulate_workload
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencySummary, MetricsSnapshot, Source

@@ -7,17 +7,17 @@ from __future__ import annotations
 import pytest
 
 from slotune.api.tuning import Knob, KnobBounds, TuningSpec
-from slotune.diagnosis import Bottleneck, diagnose
+from slotune.judge.verification import verify
 from slotune.knobs import RuntimeConfig, SpeculativeConfig, SpeculativeMethod
 from slotune.perfmodel import Deployment, capacity
 from slotune.perfmodel.floors import expected_tokens_per_step, per_token_acceptance
 from slotune.policy import Infeasible, PolicyInput, Proposal, propose
+from slotune.policy.diagnosis import Bottleneck, diagnose
 from slotune.policy.moves import speculate
 from slotune.policy.remedies import remedies_for
 from slotune.simulator import simulate_workload
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencyMetric, LatencySummary, MetricsSnapshot, Source
-from slotune.verification import verify
 from slotune.workload import Profile, WorkloadSpec
 
 H100 = Deployment.from_names("llama-3.1-8b", "h100")

@@ -13,12 +13,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from slotune.api.tuning import Knob, KnobBounds, TuningSpec
-from slotune.diagnosis import diagnose
 from slotune.knobs import RuntimeConfig, SpeculativeConfig
 from slotune.loop.state import TuningState
 from slotune.loop.tuner import Tuner
 from slotune.perfmodel import Deployment
 from slotune.policy import Infeasible, PolicyInput, Proposal, infeasible_evidence, propose
+from slotune.policy.diagnosis import diagnose
 from slotune.simulator import simulate_workload
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencySummary, MetricsSnapshot

@@ -18,10 +18,10 @@ from functools import cache
 from pathlib import Path
 
 from slotune.api.tuning import Knob
-from slotune.diagnosis import diagnose
 from slotune.knobs import RuntimeConfig
 from slotune.loop import MemoryStateStore, Tuner, TuningProblem, TuningState
 from slotune.policy import Infeasible, PolicyInput, Proposal, infeasible_evidence, propose
+from slotune.policy.diagnosis import diagnose
 from slotune.policy.moves import speculate
 from slotune.tunerbench.evaluator import Evaluator
 from slotune.tunerbench.scenario import Scenario, load_scenarios

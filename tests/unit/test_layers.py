@@ -1,11 +1,11 @@
 """The import layers of slotune (STYLE.md), enforced: a module imports only from its own layer or the ones below.
 
-Operator, top to bottom: the entry points (CLI, kopf controller, local mode, benchmarks), where runtimes run
-(backends, simulator), the tuning loop, the policy, diagnosis and verification, the builders and readers (perfmodel,
-resources, metrics, loadgen), the API types, and at the bottom the vocabulary every layer shares (knobs and their
-schema, settings, SLO targets, snapshots, workloads). Settings are passed down as arguments, never imported up.
-The runtime and the operator share no Python imports at all: their contract is flags, HTTP API and metrics (the knob
-schema crosses as a generated file, gpu_runtime/knob_schema.py).
+Operator, top to bottom: the entry points (CLI, kopf controller, local mode, benchmarks, API commands), where
+runtimes run (backends, simulator), the tuning loop, the policy (diagnosis included), the verdicts (judge), the
+builders and readers (perfmodel, manifests, metrics, loadgen), the API types, and at the bottom the vocabulary every
+layer shares (knobs and their schema, settings, SLO targets, snapshots, workloads). Settings are passed down as
+arguments, never imported up. The runtime and the operator share no Python imports at all: their contract is flags, HTTP
+API and metrics (the knob schema crosses as a generated file, gpu_runtime/knob_schema.py).
 
 Imports are read from the source with `ast`, so every import counts, including ones inside functions and under
 `TYPE_CHECKING`. Every top-level part of slotune must be placed in a layer: a new module fails here until it is.
@@ -26,12 +26,12 @@ GPU_RUNTIME = ROOT / "gpu_runtime"
 
 LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
     {"cli", "__main__"},
-    {"controller", "local", "tunerbench", "validate", "apidocs", "crdgen"},
+    {"controller", "local", "tunerbench", "commands"},
     {"backends", "simulator"},
     {"loop"},
     {"policy"},
-    {"diagnosis", "verification", "slo_bound", "canary", "canary_pool", "canary_noise"},
-    {"perfmodel", "resources", "admission", "metrics", "loadgen", "quality"},
+    {"judge"},
+    {"perfmodel", "manifests", "metrics", "loadgen", "quality"},
     {"api"},
     {"knobs", "settings", "slo", "snapshot", "workload"},
 ))

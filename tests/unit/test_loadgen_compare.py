@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from slotune.canary import shift
-from slotune.loadgen.compare import Difference, compare_histograms, compare_samples
+from slotune.judge.canary import arm_shift
+from slotune.judge.compare import Difference, compare_histograms, compare_samples
 from slotune.snapshot import Histogram, LatencyMetric, LatencySummary
 
 ALPHA = 0.05
@@ -86,7 +86,7 @@ def test_an_arm_whose_whole_mass_ties_in_the_pooled_quantiles_bucket_is_still_co
     better = compare_histograms(siblings, canary, 50, ALPHA, min_relative_change=0.05)
     assert better.verdict == Difference.BETTER and better.p_better < 1e-6, better
     assert compare_histograms(canary, siblings, 50, ALPHA).verdict == Difference.WORSE
-    assert shift(LatencySummary.from_histogram(siblings), LatencySummary.from_histogram(canary), LatencyMetric.TTFT,
+    assert arm_shift(LatencySummary.from_histogram(siblings), LatencySummary.from_histogram(canary), LatencyMetric.TTFT,
                  99, ALPHA / 2).verdict == Difference.BETTER
 
 

@@ -1,5 +1,5 @@
 """A change kept on a window that met, after a baseline window that missed, is judged again on its next missed window
-(slotune.loop.futile). The tuner benchmark's summarization-h100-interactive: at every allowed replica TTFT P99
+(slotune.policy.futile). The tuner benchmark's summarization-h100-interactive: at every allowed replica TTFT P99
 alternated between windows that met and bursts that missed; each token-budget step met once, was kept, and missed
 the next window as before, and the loop walked the knob 256 -> 8192 and called the SLO infeasible after 8 changes."""
 

@@ -7,7 +7,7 @@ from slotune.api.status import Phase
 from slotune.api.tuning import KnobBounds, TuningSpec
 from slotune.knobs import RuntimeConfig, SpeculativeConfig, SpeculativeMethod
 from slotune.loop import MemoryStateStore, Tuner, TuningProblem
-from slotune.loop.tuner import MAX_STREAK
+from slotune.loop.converge import MAX_STREAK
 from slotune.perfmodel import Deployment
 from slotune.simulator.backend import SimulatedDeployment
 from slotune.slo import SLOSpec

@@ -1,5 +1,5 @@
 """While the SLO is missed, a change that shrinks the worst miss is kept even when it newly breaks another target
-(slotune.loop.worst_miss). The real SmolLM2 example (issue 17's run): max_num_seqs 1 -> 16 took TTFT p99 from 23 s to
+(slotune.policy.worst_miss). The real SmolLM2 example (issue 17's run): max_num_seqs 1 -> 16 took TTFT p99 from 23 s to
 14 s against 10 s and TPOT p99 from 58 ms to 731 ms against 600 ms; it was rolled back as "breaks TPOT", and the
 config kept missed TTFT x2.3 instead of the worst miss x1.4."""
 

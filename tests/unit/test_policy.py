@@ -10,7 +10,7 @@ import numpy as np
 
 from gpu_runtime.metrics import TTFT_BUCKETS_S
 from slotune.api.tuning import Knob, KnobBounds, TuningSpec
-from slotune.diagnosis import diagnose
+from slotune.judge.verification import compare, verify
 from slotune.knobs import Quantization, RuntimeConfig, SpeculativeConfig
 from slotune.perfmodel import Deployment
 from slotune.policy import (
@@ -24,11 +24,11 @@ from slotune.policy import (
     propose_headroom,
     propose_trim,
 )
+from slotune.policy.diagnosis import diagnose
 from slotune.policy.moves import MIN_SPECULATION_SPEEDUP, speculate, speculation_estimate
 from slotune.simulator import simulate_workload
 from slotune.slo import SLOSpec
 from slotune.snapshot import Histogram, LatencyMetric, LatencySummary
-from slotune.verification import compare, verify
 from slotune.workload import Profile, WorkloadSpec
 
 H100 = Deployment.from_names("llama-3.1-8b", "h100")

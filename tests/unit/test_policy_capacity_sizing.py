@@ -5,10 +5,10 @@ for the small batch), the batch next and trims after (issue 16: fewer configs to
 from __future__ import annotations
 
 from slotune.api.tuning import Knob, KnobBounds, TuningSpec
-from slotune.diagnosis import diagnose
 from slotune.knobs import RuntimeConfig
 from slotune.perfmodel import Deployment
 from slotune.policy import PolicyInput, Proposal, propose
+from slotune.policy.diagnosis import diagnose
 from slotune.simulator import simulate_workload
 from slotune.slo import SLOSpec
 from slotune.workload import Profile, WorkloadSpec

@@ -4,10 +4,10 @@ counts the changes to an Infeasible verdict (issue 16: within 2 changes of the e
 from __future__ import annotations
 
 from slotune.api.tuning import KnobBounds, TuningSpec
-from slotune.diagnosis import diagnose
 from slotune.knobs import RuntimeConfig
 from slotune.perfmodel import Deployment
 from slotune.policy import PolicyInput, infeasible_evidence
+from slotune.policy.diagnosis import diagnose
 from slotune.simulator import simulate_workload
 from slotune.slo import SLOSpec
 from slotune.workload import Profile, WorkloadSpec

@@ -3,7 +3,7 @@ prefix caching, rolled back at max_num_seqs 1 where requests queue behind one se
 policy's hysteresis allows it: configs are excluded by their full key (prefix caching at 16 sequences is a config
 never tried), and a knob setting is refused only after MAX_MOVE_ATTEMPTS rollbacks. In that run it never came back
 because max_num_seqs 8 and 16 were rolled back for breaking TPOT while the worst miss shrank, so the config that hid
-it never changed (slotune.loop.worst_miss keeps such a change now: tests/unit/test_loop_worst_miss.py)."""
+it never changed (slotune.policy.worst_miss keeps such a change now: tests/unit/test_loop_worst_miss.py)."""
 
 from __future__ import annotations
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from slotune.api.tuning import Knob, KnobBounds, TuningSpec
-from slotune.diagnosis import Bottleneck, diagnose
 from slotune.knobs import RuntimeConfig
 from slotune.perfmodel import Deployment
 from slotune.policy import Infeasible, PolicyInput, Proposal, propose
+from slotune.policy.diagnosis import Bottleneck, diagnose
 from slotune.simulator import simulate_workload
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencySummary, MetricsSnapshot

@@ -1,4 +1,5 @@
-"""The children a TunedModel renders to: engine args, GPUs, node selection, security, ownership (slotune.resources)."""
+"""The children a TunedModel renders to: engine args, GPUs, node selection, security, ownership
+(slotune.manifests.resources)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from slotune.api import Accelerator, TunedModel, parse_tunedmodel
 from slotune.knobs import RuntimeConfig, SpeculativeConfig, SpeculativeMethod
-from slotune.resources import (
+from slotune.manifests.resources import (
     ADMIN_TOKEN_FILE,
     GPU_PRODUCTS,
     build_deployment,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from slotune.loop.attainment import as_percentiles, interpolation_evidence, observed
+from slotune.judge.attainment import as_percentiles, interpolation_evidence, observed
+from slotune.judge.slo_bound import bounds, order_statistic_rank, share_lower_bound
 from slotune.slo import SLOSpec, attained
-from slotune.slo_bound import bounds, order_statistic_rank, share_lower_bound
 from slotune.snapshot import Histogram, LatencySummary, MetricsSnapshot, Source
 
 VLLM_TTFT_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, float("inf"))

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from slotune.judge.slo_bound import bounds, holds, order_statistic_rank, pool, tightened, upper_bound_ms
 from slotune.slo import SLOSpec
-from slotune.slo_bound import bounds, holds, order_statistic_rank, pool, tightened, upper_bound_ms
 from slotune.snapshot import LatencySummary, MetricsSnapshot, Source
 
 SLO = SLOSpec.model_validate({"ttft": {"p99": 800}})
@@ -75,7 +75,7 @@ def test_the_next_windows_percentile_is_predicted_at_90_percent():
     and 248 ms: predicted at 80%, the next window's P99 stays under 486 ms, so the config was called held; it then
     missed one of three fresh windows at 559 ms (and 3 of 15 windows for a summarization config converged the same
     way). Predicted at 90% the bound is over the target: the windows disagree too much to claim the next one."""
-    from slotune.slo_bound import NEXT_WINDOW_CONFIDENCE, prediction_bound
+    from slotune.judge.slo_bound import NEXT_WINDOW_CONFIDENCE, prediction_bound
 
     rng = np.random.default_rng(3)
     windows = []

@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 from slotune.api import ConditionStatus, ConditionType, Phase
 from slotune.api.status import Observed
 from slotune.controller.status import Health, conditions, readable, readiness, status_body
+from slotune.judge.verification import compare
 from slotune.knobs import RuntimeConfig
 from slotune.loop.state import TuningState
 from slotune.snapshot import Histogram, LatencySummary
-from slotune.verification import compare
 
 
 def deployment(wanted: int, ready: int, generation: int = 1, observed: int = 1, updated: int | None = None) -> dict:

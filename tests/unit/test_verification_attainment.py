@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from slotune.judge.verification import verify
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencyMetric, LatencySummary, MetricsSnapshot, Source
-from slotune.verification import verify
 
 SLO = SLOSpec.model_validate({"ttft": {"p99": 300}, "attainment": 0.995})
 PERCENTILE_ONLY = SLOSpec.model_validate({"ttft": {"p99": 300}})

@@ -28,7 +28,7 @@ from slotune.backends.kube_canary_pod import (
 )
 from slotune.knobs import RuntimeConfig
 from slotune.loop.protocols import ApplyResult
-from slotune.resources import RUNTIME_PORT
+from slotune.manifests.resources import RUNTIME_PORT
 
 if TYPE_CHECKING:
     from slotune.backends.kube_deployment import KubernetesBackend

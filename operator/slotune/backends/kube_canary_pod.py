@@ -6,7 +6,7 @@ means spec.replicas, so by default there is no room), the candidate runs as a se
 one replica, the candidate's pod template, the pod labels the Service selects (so traffic splits over N + 1 pods)
 plus `slotune.io/canary-pod`, owned by the TunedModel (garbage-collected with it). The main Deployment's pods are
 never touched while it runs. Its pod is compared with the main pods over the same windows, as a live canary is
-(slotune.canary, per-pod PromQL: the ServiceMonitor's `deployment` label is the same constant for both).
+(slotune.judge.canary, per-pod PromQL: the ServiceMonitor's `deployment` label is the same constant for both).
 Promote: the canary Deployment is deleted and the main Deployment rolls to the candidate (the loop's apply).
 Roll back: the canary Deployment is deleted alone.
 
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from slotune.backends.kube_api import KubeError, object_path
 from slotune.knobs import Engine, RuntimeConfig
 from slotune.loop.protocols import ApplyResult
-from slotune.resources import build_deployment, config_from_annotation, selector_labels
+from slotune.manifests.resources import build_deployment, config_from_annotation, selector_labels
 
 if TYPE_CHECKING:
     from slotune.backends.kube_canary import CanaryStart

@@ -1,6 +1,7 @@
 """The Kubernetes backend of the tuning loop: run a RuntimeConfig as a TunedModel's Deployment and say how it went.
 
-`deploy` applies the children (slotune.resources builds them). `apply` changes a config the cheapest way it can:
+`deploy` applies the children (slotune.manifests.resources builds them). `apply` changes a config the cheapest way it
+can:
 for the builtin engine with hotReconfigure and no restart-only knob changed, it scales the Deployment if the replica
 count changed and POSTs `/admin/config` to the ready pods; otherwise it applies a re-rendered Deployment. It never
 waits: while the rollout is on its way it answers `rolling_out`, and the loop asks again on a later tick. A rollout
@@ -27,14 +28,14 @@ from typing import Any, TypeVar
 
 import httpx
 
-from slotune import admission
 from slotune.api import TunedModel
 from slotune.backends.kube_api import KubeAPI, KubeError, object_path
 from slotune.backends.kube_canary import CanaryAssignment, CanaryStart, end_canary, end_stale_canary, start_canary
 from slotune.backends.kube_canary_pod import CANARY_POD_LABEL
 from slotune.knobs import Engine, RuntimeConfig
 from slotune.loop.protocols import ApplyResult
-from slotune.resources import (
+from slotune.manifests import admission
+from slotune.manifests.resources import (
     ADMIN_PORT,
     ChildNames,
     build_deployment,
@@ -73,7 +74,7 @@ def _unconvertible(error: KubeError) -> bool:
 
 
 class PolicyRefused(ChildRefused):
-    """The cluster admin's runtime policy (slotune.admission) refuses the spec; no child was created."""
+    """The cluster admin's runtime policy (slotune.manifests.admission) refuses the spec; no child was created."""
 
     reason = "PolicyRefused"
 

@@ -25,11 +25,11 @@ from concurrent.futures import Future
 from slotune.api import TunedModel
 from slotune.controller.windows import Readings, SharedWindows, WindowKey, align_end_s, phase_s
 from slotune.loop.protocols import WindowOpen
+from slotune.manifests.resources import ChildNames
 from slotune.metrics.names import names_for
 from slotune.metrics.per_pod import ArmWindows, arm_windows
 from slotune.metrics.promql import Selector, not_exposed
 from slotune.metrics.window import MetricsUnavailable, UnavailableReason, require_samples
-from slotune.resources import ChildNames
 from slotune.settings import OperatorSettings
 from slotune.snapshot import MetricsSnapshot, Source
 

@@ -26,10 +26,10 @@ from slotune.controller.status import Health, StatusStateStore, readiness
 from slotune.controller.windows import Readings, SharedWindows
 from slotune.knobs import RuntimeConfig
 from slotune.loop import ApplyResult, Tuner, TuningProblem, TuningState
+from slotune.manifests.resources import RUNTIME_PORT
 from slotune.perfmodel.model_profile import LLAMA_3_1_8B, LLAMA_3_1_70B, LLAMA_3_2_1B, MODELS, ModelProfile
 from slotune.quality import QualityGate
 from slotune.quality.gate import in_background
-from slotune.resources import RUNTIME_PORT
 from slotune.settings import OperatorSettings
 
 log = logging.getLogger(__name__)

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from slotune.admission import REFUSED
 from slotune.api import Condition, ConditionStatus, ConditionType, Phase, TunedModel
 from slotune.backends.kube_api import KubeAPI, object_path
 from slotune.backends.kube_deployment import rollout_state
 from slotune.loop.state import TuningState
+from slotune.manifests.admission import REFUSED
 from slotune.metrics.window import UnavailableReason
 
 STATE_KEY = "slotuneState"

@@ -26,9 +26,9 @@ from slotune.local.replicas import LocalReplicas, ReplicaSettings
 from slotune.local.report import ReportWriter
 from slotune.local.view import render
 from slotune.loop import FileStateStore, Tuner, TuningProblem, TuningState
+from slotune.manifests.resources import slo_bucket_edges
 from slotune.perfmodel.model_profile import ModelProfile
 from slotune.quality import QualityGate
-from slotune.resources import slo_bucket_edges
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

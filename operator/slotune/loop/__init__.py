@@ -1,5 +1,7 @@
-"""The tuning state machine both the operator and local mode drive: state, the protocols backends implement, tuner."""
+"""The tuning state machine both the operator and local mode drive: state, the protocols backends implement, tuner
+(its steps: apply, measure, converge, verify, reopen; see loop.tuner)."""
 
+from slotune.loop.problem import TuningProblem
 from slotune.loop.protocols import (
     ApplyResult,
     Backend,
@@ -11,7 +13,7 @@ from slotune.loop.protocols import (
     WindowOpen,
 )
 from slotune.loop.state import HistoryRecord, InfeasibleReport, PendingChange, TuningState
-from slotune.loop.tuner import Tuner, TuningProblem, badness
+from slotune.loop.tuner import Tuner
 
 __all__ = [
     "ApplyResult",
@@ -28,5 +30,4 @@ __all__ = [
     "TuningProblem",
     "TuningState",
     "WindowOpen",
-    "badness",
 ]

@@ -2,7 +2,7 @@
 
 A backend that can run a candidate on one replica (`CanaryBackend`, the Kubernetes one) and a source that can read
 a window per replica (`CanarySource`, Prometheus grouped by pod) make a change a canary when the backend agrees (a
-live change, same replica count, two or more ready replicas). The window of the canary is judged by slotune.canary
+live change, same replica count, two or more ready replicas). The window of the canary is judged by slotune.judge.canary
 (the canary pod against its siblings over the same window) instead of before/after; the verdict says which was
 used. Without either capability, or for a trim (a replica change), the change is verified before/after as ever.
 
@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from slotune.api.status import Phase
-from slotune.canary import CanaryOutcome
-from slotune.canary_noise import MAX_OBSERVATIONS, NoiseFloor
-from slotune.canary_pool import MAX_LOOKS, CanaryPool, judge_pooled, pooled
+from slotune.judge.canary import CanaryOutcome
+from slotune.judge.canary_noise import MAX_OBSERVATIONS, NoiseFloor
+from slotune.judge.canary_pool import MAX_LOOKS, CanaryPool, judge_pooled, pooled
+from slotune.judge.verification import Judgement, MetricChange
 from slotune.knobs import RuntimeConfig
 from slotune.loop.protocols import ApplyResult
 from slotune.loop.state import PendingChange, TuningState
@@ -30,7 +31,6 @@ from slotune.metrics.per_pod import FIRST_POD, ArmWindows
 from slotune.metrics.window import MetricsUnavailable
 from slotune.quality.gate import QualityProbe, QualityVerdict
 from slotune.slo import SLOSpec
-from slotune.verification import MetricChange, Verification
 
 BEFORE_AFTER = "before/after (the window before the change vs the window after it)"
 
@@ -93,7 +93,7 @@ def quality_first(quality: QualityProbe | None, pending: PendingChange | None) -
 @dataclass(frozen=True)
 class Unjudged:
     """No verdict on the canary yet: `lost` when an arm has no series at all (the canary pod was replaced, say: the
-    canary starts again), else too few requests in an arm or an inconclusive look (slotune.canary_pool): `pool`
+    canary starts again), else too few requests in an arm or an inconclusive look (slotune.judge.canary_pool): `pool`
     holds both arms so far, pooled with the next window."""
 
     lost: bool
@@ -102,9 +102,9 @@ class Unjudged:
 
 
 def observe_noise(source: object, state: TuningState, slo: SLOSpec) -> NoiseFloor | None:
-    """The state's A/A floor with this window added (slotune.canary_noise) when every pod ran one config through it:
-    no canary, two or more replicas, a source that reads per pod. At rest with a full floor it is left as it is (a
-    per-pod read a window for each of a fleet of converged models buys nothing until the next canary)."""
+    """The state's A/A floor with this window added (slotune.judge.canary_noise) when every pod ran one config
+    through it: no canary, two or more replicas, a source that reads per pod. At rest with a full floor it is left as
+    it is (a per-pod read a window for each of a fleet of converged models buys nothing until the next canary)."""
     floor = state.noise_floor
     pending = state.pending
     if (pending is not None and pending.canary_pod is not None) or state.running.replicas < 2 \
@@ -123,9 +123,9 @@ def observe_noise(source: object, state: TuningState, slo: SLOSpec) -> NoiseFloo
 
 
 def verification(source: object, pending: PendingChange, slo: SLOSpec,
-                 floor: NoiseFloor | None = None) -> Verification | Unjudged:
-    """The canary's verdict on its windows so far (this one pooled with the earlier ones, slotune.canary_pool), as
-    the loop's Verification, or why there is none yet; `floor`: the pods' A/A spread (slotune.canary_noise)."""
+                 floor: NoiseFloor | None = None) -> Judgement | Unjudged:
+    """The canary's verdict on its windows so far (this one pooled with the earlier ones, slotune.judge.canary_pool), as
+    the loop's Judgement, or why there is none yet; `floor`: the pods' A/A spread (slotune.judge.canary_noise)."""
     assert pending.canary_pod is not None and isinstance(source, CanarySource)
     try:
         arms = source.arms(pending.canary_pod)
@@ -145,5 +145,5 @@ def verification(source: object, pending: PendingChange, slo: SLOSpec,
                             math.nan, math.nan, verdict.promote, verdict.outcome is CanaryOutcome.WORSE,
                             f"quantile test p={min(test.p_better, test.p_worse):.2g}")
     regressions = (verdict.reason,) if verdict.outcome is CanaryOutcome.WORSE else ()
-    return Verification(verdict.promote, f"canary verification at look {pool.looks} of {MAX_LOOKS}, {seen}: "
+    return Judgement(verdict.promote, f"canary verification at look {pool.looks} of {MAX_LOOKS}, {seen}: "
                         f"{verdict.reason}", targeted, regressions, slo.is_met(pool.canary))

@@ -12,11 +12,11 @@ against that fresh baseline; once per change, so a machine that keeps drifting c
 
 from __future__ import annotations
 
+from slotune.judge.verification import Judgement
 from slotune.loop.state import PendingChange
 from slotune.perfmodel.deployment import Deployment
 from slotune.perfmodel.window_step import speed_ratio
 from slotune.snapshot import MetricsSnapshot
-from slotune.verification import Verification
 
 # Windows of one config on one machine read speed ratios within ~x1.3 of each other on simulated bursty traffic
 # (window_step: bursts thin the occupancy); beyond x1.5 the machine, not the window, is the likelier explanation.
@@ -24,7 +24,7 @@ SPEED_DRIFT = 1.5
 
 
 def speed_drift(deployment: Deployment, pending: PendingChange, baseline: MetricsSnapshot,
-                snapshot: MetricsSnapshot, verdict: Verification) -> float | None:
+                snapshot: MetricsSnapshot, verdict: Judgement) -> float | None:
     """The candidate window's step speed over the baseline's (2.0: its steps took twice the profile's time that the
     baseline's did) when the verdict rests on it and the baseline was not measured afresh yet; None otherwise."""
     if pending.rebaselined or pending.trim or pending.canary_pod is not None or verdict.inconclusive:

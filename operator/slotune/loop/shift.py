@@ -60,7 +60,7 @@ class WindowLoad(BaseModel):
 
 
 @dataclass(frozen=True)
-class Shift:
+class LoadShift:
     """What moved: the statistic, from, to, the ratio (or difference) and the test's p-value."""
 
     statistic: str
@@ -88,7 +88,7 @@ class Shift:
         return f"the measured {self.statistic} moved {moved}, p={self.p_value:.2g}"
 
 
-def detect_shift(reference: Sequence[WindowLoad], now: WindowLoad) -> Shift | None:
+def detect_shift(reference: Sequence[WindowLoad], now: WindowLoad) -> LoadShift | None:
     """The first statistic that moved beyond its test and minimum effect, or None (see the module docstring)."""
     if not reference:
         return None
@@ -98,7 +98,7 @@ def detect_shift(reference: Sequence[WindowLoad], now: WindowLoad) -> Shift | No
             or _hit_rate_shift(reference, now))
 
 
-def _rate_shift(reference: Sequence[WindowLoad], now: WindowLoad) -> Shift | None:
+def _rate_shift(reference: Sequence[WindowLoad], now: WindowLoad) -> LoadShift | None:
     requests, seconds = sum(w.requests for w in reference), sum(w.seconds for w in reference)
     if requests <= 0 or now.requests <= 0:
         return None
@@ -107,7 +107,7 @@ def _rate_shift(reference: Sequence[WindowLoad], now: WindowLoad) -> Shift | Non
     if 1 / (1 + MIN_CHANGE) <= ratio <= 1 + MIN_CHANGE:
         return None
     p = rate_ratio_p_value(requests, seconds, now.requests, now.seconds)
-    return Shift("request rate", before, now.rate_per_s, p) if p < _PER_TEST else None
+    return LoadShift("request rate", before, now.rate_per_s, p) if p < _PER_TEST else None
 
 
 def rate_ratio_p_value(requests_a: int, seconds_a: float, requests_b: int, seconds_b: float) -> float:
@@ -115,15 +115,15 @@ def rate_ratio_p_value(requests_a: int, seconds_a: float, requests_b: int, secon
     return float(stats.binomtest(requests_b, requests_a + requests_b, seconds_b / (seconds_a + seconds_b)).pvalue)
 
 
-def _summary_shift(name: str, values: Sequence[float], value: float) -> Shift | None:
+def _summary_shift(name: str, values: Sequence[float], value: float) -> LoadShift | None:
     before = float(np.mean(values))
     if before <= 0 or 1 / (1 + MIN_CHANGE) <= value / before <= 1 + MIN_CHANGE:
         return None
     p = prediction_p_value(values, value)
-    return Shift(name, before, value, p) if p < _PER_TEST else None
+    return LoadShift(name, before, value, p) if p < _PER_TEST else None
 
 
-def _hit_rate_shift(reference: Sequence[WindowLoad], now: WindowLoad) -> Shift | None:
+def _hit_rate_shift(reference: Sequence[WindowLoad], now: WindowLoad) -> LoadShift | None:
     values = [w.hit_rate for w in reference if w.hit_rate is not None]
     if not values or now.hit_rate is None:
         return None
@@ -131,7 +131,7 @@ def _hit_rate_shift(reference: Sequence[WindowLoad], now: WindowLoad) -> Shift |
     if abs(now.hit_rate - before) <= MIN_HIT_RATE_CHANGE:
         return None
     p = prediction_p_value(values, now.hit_rate)
-    return Shift("prefix-cache hit rate", before, now.hit_rate, p) if p < _PER_TEST else None
+    return LoadShift("prefix-cache hit rate", before, now.hit_rate, p) if p < _PER_TEST else None
 
 
 def prediction_p_value(values: Sequence[float], value: float) -> float:

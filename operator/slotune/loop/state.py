@@ -24,11 +24,11 @@ from slotune.api.status import (
     Verification,
 )
 from slotune.api.tuning import Knob
-from slotune.canary_noise import NoiseFloor
-from slotune.canary_pool import CanaryPool
+from slotune.judge.canary_noise import NoiseFloor
+from slotune.judge.canary_pool import CanaryPool
 from slotune.knobs import RuntimeConfig
-from slotune.loop.futile import LuckyKeep
 from slotune.loop.shift import WindowLoad
+from slotune.policy.futile import LuckyKeep
 from slotune.snapshot import LatencyMetric, MetricsSnapshot
 
 

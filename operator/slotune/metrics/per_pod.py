@@ -1,10 +1,10 @@
 """One window read per pod and split into two arms: the canary pod, and its sibling pods pooled.
 
-Canary verification (slotune.canary) compares the two arms over the same window, so it needs series per pod: the
-runtime's metrics carry a `pod` target label (the ServiceMonitor that slotune.resources builds sets it from the pod
-name; the e2e harness registers each runtime under it). The reads are the same PromQL as a deployment's window
-(slotune.metrics.promql), grouped by `pod`; the siblings' readings are pooled here: counters and bucket counts
-summed, gauges averaged (running and waiting are per replica, as in a deployment's window).
+Canary verification (slotune.judge.canary) compares the two arms over the same window, so it needs series per pod: the
+runtime's metrics carry a `pod` target label (the ServiceMonitor that slotune.manifests.resources builds sets it from
+the pod name; the e2e harness registers each runtime under it). The reads are the same PromQL as a deployment's window
+(slotune.metrics.promql), grouped by `pod`; the siblings' readings are pooled here: counters and bucket counts summed,
+gauges averaged (running and waiting are per replica, as in a deployment's window).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ FIRST_POD = ""  # asked as the canary pod: the first pod by name (where a live c
 
 def split_arms(by_pod: dict[str, WindowReadings], canary_pod: str) -> ArmWindows:
     """The canary pod's readings and its siblings' pooled; MetricsUnavailable when an arm has no series. FIRST_POD
-    splits a window without a canary the same way, for the pods' A/A spread (slotune.canary_noise)."""
+    splits a window without a canary the same way, for the pods' A/A spread (slotune.judge.canary_noise)."""
     if canary_pod == FIRST_POD and by_pod:
         canary_pod = min(by_pod)
     siblings = sorted(pod for pod in by_pod if pod != canary_pod)

@@ -1,8 +1,9 @@
 """Policy: from a diagnosis to the one change to try next, or to Infeasible with what would be needed.
 
-Each bottleneck has an ordered list of remedies (DESIGN.md workflow step 2); the first one the spec allows, within the
-knob bounds, that was never tried before (kept, rolled back or crashed: `excluded_keys`), is proposed with the metric
-it targets and the effect the roofline expects. Never revisiting a config is the hysteresis that stops flapping.
+Each bottleneck has an ordered list of remedies (docs/architecture.md, "The tuning workflow", step 2); the first
+one the spec allows, within the knob bounds, that was never tried before (kept, rolled back or crashed:
+`excluded_keys`), is proposed with the metric it targets and the effect the roofline expects. Never revisiting a
+config is the hysteresis that stops flapping.
 Steps are sized with the capacity model (replicas a load needs, batch headroom) so few changes reach the SLO.
 Quantization is proposed only when the spec allows quality changes, and before speculation on low-bandwidth
 accelerators; speculation only where the roofline predicts that verifying drafted tokens costs little (decode bound
@@ -11,8 +12,17 @@ When nothing is left, or the roofline puts a target below what any allowed knob 
 with the closest configuration and what would be needed. Once every target holds, `propose_trim` offers cost savings
 (fewer or cheaper replicas) and `propose_headroom` the fix a near-miss trim's window calls for.
 
-Layout: `inputs` (what the policy reads and answers), `remedies` (per bottleneck), `moves` (single-knob steps),
-`sizing` (load, targets, admissibility, naming), `infeasible` (what would be needed); this module decides.
+Start here: every rule that chooses or rejects a change lives in this package, and the loop (slotune.loop) only
+applies what it answers. Where each rule is:
+- `diagnosis`: what limits the window (the bottleneck, the floors, the evidence), the input to every rule below;
+- this module: `propose` (the next change, or Infeasible), `squeeze_verdict` (the roomiest config measured),
+  `infeasible_evidence`, `propose_trim` (cost savings once the SLO holds);
+- `remedies` (the ordered remedies per bottleneck), `moves` (single-knob steps), `sizing` (load, targets,
+  admissibility, naming), `inputs` (what the policy reads and answers), `infeasible` (what would be needed),
+  `best_effort` (the targets still in reach, the capacity steps when far overloaded);
+- `headroom` (after a failed trim), `keep` (keep or roll back: the judge's verdict amended by `worst_miss` and the
+  quality gate, one more window for an inconclusive one), `futile` (a lucky keep re-judged; moves that did not move
+  the windows that miss), `worst_miss.badness` (how far a window is from the SLO: the closest config so far).
 """
 
 from __future__ import annotations
@@ -21,8 +31,6 @@ import logging
 from dataclasses import replace
 
 from slotune.api.tuning import Knob
-from slotune.diagnosis import Diagnosis, diagnose
-from slotune.knobs import RuntimeConfig
 from slotune.policy.best_effort import (
     capacity_steps,
     far_overload,
@@ -31,6 +39,8 @@ from slotune.policy.best_effort import (
     squeezed,
     without_targets,
 )
+from slotune.policy.diagnosis import Diagnosis, diagnose
+from slotune.policy.headroom import propose_headroom
 from slotune.policy.infeasible import infeasible
 from slotune.policy.inputs import Infeasible, PolicyInput, Proposal, Remedy, kv_room
 from slotune.policy.moves import budget_cap, chunked_prefill, enable_prefix_cache, quantize, speculate
@@ -196,25 +206,6 @@ def propose_trim(given: PolicyInput) -> Proposal | None:
         if admissible(config, knob, given):
             return Proposal(config, knob, describe_change(c, config, knob), why, target.metric, target.percentile,
                             trim=True)
-    return None
-
-
-def propose_headroom(diagnosis: Diagnosis, failed: PolicyInput, current: RuntimeConfig) -> Proposal | None:
-    """A trim to fewer replicas broke the SLO. The remedy the failed window calls for at the fewer replicas (`failed`
-    describes that config and window), made here at the current count where the SLO holds, so that the next try at
-    fewer replicas starts with it. Kept only if the SLO still holds, like every trim."""
-    if diagnosis.primary is None:
-        return None
-    here = replace(failed, config=current)
-    target = failed.slo.targets()[0]
-    for config, knob, why, *_ in remedies_for(diagnosis, failed):
-        if knob is Knob.REPLICAS:
-            continue
-        moved = current.with_changes(**{name: getattr(config, name) for name in failed.config.changed_knobs(config)})
-        if admissible(moved, knob, here):
-            return Proposal(moved, knob, describe_change(current, moved, knob),
-                            f"{why} (seen at {failed.config.replicas} replicas, which broke the SLO)", target.metric,
-                            target.percentile, trim=True)
     return None
 
 

@@ -16,9 +16,9 @@ import math
 from dataclasses import replace
 
 from slotune.api.tuning import Knob
-from slotune.diagnosis import Bottleneck, Diagnosis
 from slotune.knobs import RuntimeConfig
 from slotune.perfmodel import capacity
+from slotune.policy.diagnosis import Bottleneck, Diagnosis
 from slotune.policy.inputs import PolicyInput, Remedy
 from slotune.policy.moves import chunked_prefill, enable_prefix_cache, quantize, speculate, speculation_estimate
 from slotune.policy.sizing import batch_binds, load_of, max_replicas, tpot_target

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 
-from slotune.diagnosis import Bottleneck, Diagnosis
 from slotune.knobs import RuntimeConfig
 from slotune.perfmodel.accelerators import ACCELERATORS
+from slotune.policy.diagnosis import Bottleneck, Diagnosis
 from slotune.policy.inputs import Infeasible, PolicyInput
 from slotune.policy.sizing import max_replicas, replicas_for_load, tpot_target
 

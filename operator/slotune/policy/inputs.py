@@ -3,6 +3,7 @@ package, the candidate `Remedy` lists it picks from."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -60,6 +61,13 @@ class PolicyInput:
     spec_acceptance: float | None = None  # per-token draft acceptance measured on this workload; None: never
     draft_model: str | None = None  # spec.model.draftModel: draft_model speculation only with one
     futile_moves: frozenset[str] = frozenset()  # measured not to move the windows that miss (sizing.move_direction)
+
+
+def revisitable(kept: Iterable[RuntimeConfig], current: RuntimeConfig) -> frozenset[str]:
+    """Kept configs a fix (not a trim) may return to: the current config with more replicas, which a kept trim shed,
+    when the load needs them again; nothing else is revisited, so nothing flaps."""
+    return frozenset(c.key() for c in kept if c.replicas > current.replicas
+                     and c == current.with_changes(replicas=c.replicas))
 
 
 class Remedy(NamedTuple):

@@ -4,9 +4,9 @@ does not predict to be enough, tried and verified before giving up."""
 from __future__ import annotations
 
 from slotune.api.tuning import Knob
-from slotune.diagnosis import Bottleneck, Diagnosis
 from slotune.perfmodel import capacity
 from slotune.perfmodel.floors import decode_token_s
+from slotune.policy.diagnosis import Bottleneck, Diagnosis
 from slotune.policy.inputs import PolicyInput, Remedy, kv_room
 from slotune.policy.moves import (
     budget_cap,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 
 from slotune.api.tuning import Knob
-from slotune.diagnosis import window_acceptance
 from slotune.knobs import RuntimeConfig, SpeculativeConfig
 from slotune.perfmodel import capacity
+from slotune.policy.diagnosis import window_acceptance
 from slotune.policy.inputs import PolicyInput
 from slotune.slo import SLOSpec
 

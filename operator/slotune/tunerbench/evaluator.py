@@ -22,7 +22,7 @@ import zlib
 from dataclasses import dataclass
 
 from slotune.knobs import RuntimeConfig
-from slotune.loop.tuner import badness
+from slotune.policy.worst_miss import badness
 from slotune.simulator.cluster import SimulationResult, simulate
 from slotune.simulator.replica import SimulatedRequest
 from slotune.simulator.window import tpot_ms

@@ -174,7 +174,7 @@ def _evidence_lines(summaries: list[Summary]) -> list[str]:
             f"called Infeasible within {MAX_CHANGES_AFTER_EVIDENCE} changes of it{most}; the other "
             f"{mine.infeasible_recognised - mine.infeasible_on_evidence} were called once the remedies left were "
             "tried: rolled back, or kept on a window that met and then measured not to move the windows that miss "
-            "(`slotune.loop.futile`); no window's model said so sooner."]
+            "(`slotune.policy.futile`); no window's model said so sooner."]
 
 
 def _fairness_lines(results: list[ScenarioResult], summaries: list[Summary], budget: int) -> list[str]:

@@ -45,7 +45,7 @@ class HardwareSkew(BaseModel):
         return replace(deployment, efficiency=skewed)
 
 
-class Shift(BaseModel):
+class WorkloadChange(BaseModel):
     """The traffic changing mid-run: after `afterWindows` measured windows the deployment serves another workload
     (and drafts are accepted at another rate). The final config is scored on the shifted workload."""
 
@@ -75,7 +75,7 @@ class Scenario(BaseModel):
     requests_per_window: int = Field(default=150, ge=20, le=5000)
     seed: int = Field(default=0, description="Seed of the replayed workload window.")
     note: str = Field(default="", description="What the scenario exercises.")
-    shift: Shift | None = Field(default=None, description="The workload changing mid-run (default: never).")
+    shift: WorkloadChange | None = Field(default=None, description="The workload changing mid-run (default: never).")
 
     @property
     def final(self) -> Scenario:

@@ -20,11 +20,11 @@ import numpy as np
 import optuna
 
 from slotune.api.status import Phase
-from slotune.diagnosis import diagnose
 from slotune.knobs import RuntimeConfig
 from slotune.loop import ApplyResult, MemoryStateStore, Tuner, TuningProblem, TuningState
 from slotune.metrics.window import MetricsUnavailable, UnavailableReason
 from slotune.policy import infeasible_evidence
+from slotune.policy.diagnosis import diagnose
 from slotune.snapshot import MetricsSnapshot
 from slotune.tunerbench.evaluator import Evaluation, Evaluator
 from slotune.tunerbench.space import all_configs, config_of, dimensions

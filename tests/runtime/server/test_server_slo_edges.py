@@ -1,6 +1,6 @@
 """Histogram edges at the SLO targets: the share of requests within a target is a bucket count, read exactly.
 
-A real runtime started as the operator starts it (`--slo-bucket-edges` rendered by slotune.resources from a
+A real runtime started as the operator starts it (`--slo-bucket-edges` rendered by slotune.manifests.resources from a
 TunedModel's targets) serves real requests through the `openai` SDK; its /metrics keeps every standard vLLM edge and
 adds the targets', and the count at a target's edge is exactly the requests at or under it.
 """
@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_runtime.metrics import ITL_BUCKETS_S, REQLAT_BUCKETS_S, TTFT_BUCKETS_S
 from slotune.api import parse_tunedmodel
-from slotune.resources import slo_bucket_edges
+from slotune.manifests.resources import slo_bucket_edges
 from tests.harness.runtime import RuntimeServer
 from tests.runtime.server.conftest import MODEL_NAME
 from tests.unit.api_cases import BASE

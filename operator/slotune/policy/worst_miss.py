@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from slotune.judge.verification import TOLERANCE, Judgement
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencyMetric, MetricsSnapshot
-from slotune.verification import TOLERANCE, Verification
 
 
 def worst_miss(slo: SLOSpec, snapshot: MetricsSnapshot) -> float:
@@ -31,9 +31,18 @@ def worst_miss(slo: SLOSpec, snapshot: MetricsSnapshot) -> float:
     return max((r.ratio for r in slo.evaluate(snapshot)), default=0.0)
 
 
-def judged_by_worst_miss(verdict: Verification, baseline: MetricsSnapshot, after: MetricsSnapshot,
+def badness(slo: SLOSpec, snapshot: MetricsSnapshot) -> float:
+    """The worst observed/target ratio of the window, the throughput floor included (<= 1 when every target holds):
+    how the closest config so far is chosen, and how far a failed trim missed."""
+    ratios = [r.ratio for r in slo.evaluate(snapshot)]
+    if slo.min_throughput is not None:
+        ratios.append(slo.min_throughput / max(snapshot.generation_tokens_per_s, 1e-9))
+    return max(ratios, default=0.0)
+
+
+def judged_by_worst_miss(verdict: Judgement, baseline: MetricsSnapshot, after: MetricsSnapshot,
                          slo: SLOSpec, target: LatencyMetric = LatencyMetric.TTFT,
-                         percentile: int = 99) -> Verification:
+                         percentile: int = 99) -> Judgement:
     """The verdict, or a kept one when only latency regressions rolled back a change that shrank the worst miss of
     a baseline that misses the SLO, or when the baseline's TTFT was censored (see the module docstring)."""
     censored = _censored(verdict, baseline, after, target, percentile)
@@ -54,8 +63,8 @@ def judged_by_worst_miss(verdict: Verification, baseline: MetricsSnapshot, after
 MIN_WAITING = 1.0  # requests waiting on average: below it, nobody need have waited through the whole window
 
 
-def _censored(verdict: Verification, baseline: MetricsSnapshot, after: MetricsSnapshot, target: LatencyMetric,
-              percentile: int) -> Verification | None:
+def _censored(verdict: Judgement, baseline: MetricsSnapshot, after: MetricsSnapshot, target: LatencyMetric,
+              percentile: int) -> Judgement | None:
     if verdict.keep or verdict.regressions or target is not LatencyMetric.TTFT:
         return None
     if baseline.ttft.at(percentile) is not None or (baseline.num_waiting_mean or 0.0) < MIN_WAITING:

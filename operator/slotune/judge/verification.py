@@ -5,7 +5,7 @@ bootstrap confidence interval (Efron & Tibshirani 1993, percentile method). Late
 correlated (they queue behind the same burst), so samples are resampled in contiguous blocks of ~sqrt(n) in arrival
 order (moving block bootstrap, Kuensch 1989); resampling single requests would make intervals several times too narrow.
 With histograms only (Prometheus bucket increases, the operator's windows) there is no arrival order to keep, so the
-two windows' bucket counts go through the exact two-sample quantile test of slotune.loadgen.compare (pooled-quantile
+two windows' bucket counts go through the exact two-sample quantile test of slotune.judge.compare (pooled-quantile
 threshold, one-sided Fisher test) at the same one-sided level as the interval, plus the same minimum effect.
 A change is kept when the metric improved beyond noise (interval below 1 - MIN_EFFECT, or the test says better) and
 no other SLO metric or the throughput floor got worse beyond tolerance, or when it turned a violated SLO into a met one
@@ -19,8 +19,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from slotune.loadgen.compare import Difference as CompareVerdict
-from slotune.loadgen.compare import compare_histograms
+from slotune.judge.compare import Difference, compare_histograms
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencyMetric, LatencySummary, MetricsSnapshot
 
@@ -59,7 +58,7 @@ class MetricChange:
 
 
 @dataclass(frozen=True)
-class Verification:
+class Judgement:
     keep: bool
     reason: str
     targeted: MetricChange
@@ -89,10 +88,10 @@ def compare(before: LatencySummary, after: LatencySummary, percentile: int, name
         test = compare_histograms(before.histogram, after.histogram, percentile, alpha=(1 - CONFIDENCE) / 2,
                                   min_relative_change=MIN_EFFECT)
         p = test.p_better if a < b else test.p_worse  # the p-value of the direction it moved
-        decided = test.verdict in (CompareVerdict.BETTER, CompareVerdict.WORSE)
+        decided = test.verdict in (Difference.BETTER, Difference.WORSE)
         (b_low, b_high), (a_low, a_high) = _bucket_bounds(before, b), _bucket_bounds(after, a)
         return MetricChange(name, b, a, a_low / b_high, a_high / max(b_low, 1e-9),
-                            test.verdict is CompareVerdict.BETTER, test.verdict is CompareVerdict.WORSE,
+                            test.verdict is Difference.BETTER, test.verdict is Difference.WORSE,
                             f"quantile test p={p:.2g}" if decided else "")
     b_low, b_high = _bucket_bounds(before, b)
     a_low, a_high = _bucket_bounds(after, a)
@@ -101,7 +100,7 @@ def compare(before: LatencySummary, after: LatencySummary, percentile: int, name
 
 def verify(before: MetricsSnapshot, after: MetricsSnapshot, target: LatencyMetric, percentile: int, slo: SLOSpec,
            tolerance: float = TOLERANCE, costs_nothing: bool = False,
-           earlier_after: MetricsSnapshot | None = None) -> Verification:
+           earlier_after: MetricsSnapshot | None = None) -> Judgement:
     """`earlier_after`: a window of the same change measured before `after` whose verdict was inconclusive; the
     targeted metric is then tested on both windows pooled (the other metrics and the SLO on `after` alone).
     A speculation change rolled back says the draft acceptance it measured, so the history shows why it lost."""
@@ -115,7 +114,7 @@ def verify(before: MetricsSnapshot, after: MetricsSnapshot, target: LatencyMetri
 
 def _verify(before: MetricsSnapshot, after: MetricsSnapshot, target: LatencyMetric, percentile: int, slo: SLOSpec,
            tolerance: float = TOLERANCE, costs_nothing: bool = False,
-           earlier_after: MetricsSnapshot | None = None) -> Verification:
+           earlier_after: MetricsSnapshot | None = None) -> Judgement:
     targeted_after = after.latency(target)
     if earlier_after is not None:
         targeted_after = earlier_after.latency(target).pooled(targeted_after)
@@ -123,24 +122,24 @@ def _verify(before: MetricsSnapshot, after: MetricsSnapshot, target: LatencyMetr
     regressions = _regressions(before, after, slo, tolerance, skip=targeted.name)
     met_before, met_after = slo.is_met(before), slo.is_met(after)
     if regressions:
-        return Verification(False, "regressed: " + "; ".join(regressions), targeted, regressions, met_after)
+        return Judgement(False, "regressed: " + "; ".join(regressions), targeted, regressions, met_after)
     if met_after and not met_before:
-        return Verification(True, f"SLO now met; {targeted.describe()}", targeted, (), True)
+        return Judgement(True, f"SLO now met; {targeted.describe()}", targeted, (), True)
     if targeted.improved:
-        return Verification(True, f"improved beyond noise: {targeted.describe()}", targeted, (), met_after)
+        return Judgement(True, f"improved beyond noise: {targeted.describe()}", targeted, (), met_after)
     # A tail percentile of one window is a noisy estimator; the median of the same metric moves with it when the
     # whole distribution shifts and is far steadier. Accept a shift proven at the median when the tail's point
     # estimate moved the same way.
     median = compare(before.latency(target), targeted_after, 50, f"{target.value}_p50")
     tail_moved = (targeted.after_ms or 0.0) < (targeted.before_ms or 0.0)
     if percentile != 50 and median.improved and tail_moved:
-        return Verification(True, f"improved beyond noise at the median: {median.describe()}; "
+        return Judgement(True, f"improved beyond noise at the median: {median.describe()}; "
                             f"{targeted.describe()}", targeted, (), met_after)
     # A change with no downside (policy.costs_nothing) need not prove itself beyond noise: rolling it back on an
     # inconclusive window would only throw away work saved, so it stays when its estimate moved the right way.
     if costs_nothing and (targeted.after_ms or 0.0) < (1.0 - MIN_EFFECT) * (targeted.before_ms or 0.0):
-        return Verification(True, f"costs nothing and not worse: {targeted.describe()}", targeted, (), met_after)
-    return Verification(False, f"no improvement beyond noise: {targeted.describe()}", targeted, (), met_after)
+        return Judgement(True, f"costs nothing and not worse: {targeted.describe()}", targeted, (), met_after)
+    return Judgement(False, f"no improvement beyond noise: {targeted.describe()}", targeted, (), met_after)
 
 
 def _regressions(before: MetricsSnapshot, after: MetricsSnapshot, slo: SLOSpec, tolerance: float,

@@ -12,8 +12,8 @@ the change to the real shortfall.
 from __future__ import annotations
 
 from slotune.api.status import Observed, TargetAttainment
+from slotune.judge.slo_bound import CONFIDENCE, TargetBound, share_lower_bound, tightened
 from slotune.slo import SLOSpec, attained
-from slotune.slo_bound import CONFIDENCE, TargetBound, share_lower_bound, tightened
 from slotune.snapshot import LatencySummary, MetricsSnapshot
 
 

@@ -4,7 +4,7 @@ Each arm of a canary gets about 1/N of a window's requests (N pods), so a short 
 handful of requests: in the operator e2e a 10x faster canary was rolled back as "no gain" on 3 canary requests
 against 9 of its sibling. Before/after answers an inconclusive tail with one more window, pooled; a canary does the
 same, as a group-sequential test: after each window both arms are pooled with every earlier window of the same
-canary (bucket counts summed, samples joined) and the whole of slotune.canary's rule is run on the pools.
+canary (bucket counts summed, samples joined) and the whole of slotune.judge.canary's rule is run on the pools.
 
 Looking again at data that grows is a new chance for a false promotion, so each look gets its own share of the
 false-promote budget and the shares sum to ALPHA (Bonferroni over the looks, an alpha-spending plan fixed in advance):
@@ -24,11 +24,11 @@ from dataclasses import replace
 
 from pydantic import BaseModel, ConfigDict
 
-from slotune.canary import ALPHA, CanaryOutcome, CanaryVerdict, judge
-from slotune.canary_noise import NoiseFloor
+from slotune.judge.canary import ALPHA, CanaryOutcome, CanaryVerdict, judge
+from slotune.judge.canary_noise import NoiseFloor
+from slotune.judge.verification import MIN_EFFECT
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencyMetric, MetricsSnapshot
-from slotune.verification import MIN_EFFECT
 
 MAX_LOOKS = 3
 _LATENCIES = ("ttft", "tpot", "itl", "e2e", "queue", "prefill", "decode")
@@ -73,7 +73,7 @@ def judge_pooled(pool: CanaryPool, target: LatencyMetric, percentile: int, slo: 
                  floor: NoiseFloor | None = None) -> tuple[CanaryVerdict, CanaryPool, bool]:
     """The verdict on the pooled arms, the pool with this look counted, and whether it is final (False: pool the
     next window too; see the module docstring for when). `floor`: the pods' A/A spread of one window
-    (slotune.canary_noise), at this look's level: conservative for a pool of several windows."""
+    (slotune.judge.canary_noise), at this look's level: conservative for a pool of several windows."""
     look = pool.looks + 1
     verdict = judge(pool.baseline, pool.canary, target, percentile, slo, alpha=look_alpha(look), floor=floor)
     if verdict.outcome is CanaryOutcome.TOO_FEW_SAMPLES:

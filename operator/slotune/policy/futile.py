@@ -24,12 +24,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from slotune.api.tuning import Knob
+from slotune.api.tuning import Knob, TuningSpec
+from slotune.judge.verification import Judgement, MetricChange, compare
 from slotune.knobs import RuntimeConfig
 from slotune.policy.sizing import move_direction
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencyMetric, MetricsSnapshot
-from slotune.verification import MetricChange, Verification, compare
 
 
 class LuckyKeep(BaseModel):
@@ -45,7 +45,7 @@ class LuckyKeep(BaseModel):
     baseline: MetricsSnapshot  # the missed window it was kept against
 
 
-def lucky_keep(verdict: Verification, baseline: MetricsSnapshot, after: MetricsSnapshot, slo: SLOSpec, knob: Knob,
+def lucky_keep(verdict: Judgement, baseline: MetricsSnapshot, after: MetricsSnapshot, slo: SLOSpec, knob: Knob,
                change: str, previous: RuntimeConfig, config: RuntimeConfig, metric: LatencyMetric,
                percentile: int) -> LuckyKeep | None:
     """The keep to re-judge on the config's next missed window, or None when the verdict stands on its own."""
@@ -63,3 +63,25 @@ def futile(lucky: LuckyKeep, missed: MetricsSnapshot) -> MetricChange | None:
     name = f"{lucky.metric.value}_p{lucky.percentile}"
     change = compare(lucky.baseline.latency(lucky.metric), missed.latency(lucky.metric), lucky.percentile, name)
     return None if change.improved else change
+
+
+def at_max_replicas(config: RuntimeConfig, tuning: TuningSpec) -> bool:
+    """Every replica the bounds allow (or no bound: replicas are not the tuner's to add), where a lucky keep is
+    re-judged and futile moves are blocked; below it a miss is left to the capacity remedies."""
+    most = tuning.bounds.max_replicas
+    return most is None or config.replicas >= most
+
+
+def blocked(futile_moves: tuple[str, ...], config: RuntimeConfig, tuning: TuningSpec) -> frozenset[str]:
+    """The moves the policy may not propose at `config`: the futile ones, at every allowed replica only."""
+    return frozenset(futile_moves) if at_max_replicas(config, tuning) else frozenset()
+
+
+def rejudged(lucky: LuckyKeep, current_key: str, missed: MetricsSnapshot) -> str | None:
+    """Why the lucky keep's move is futile, judged on a missed window of its config; None when it is not (the move
+    did move the windows that miss, or the config running is no longer the one it was kept for)."""
+    found = futile(lucky, missed) if lucky.config_key == current_key else None
+    if found is None:
+        return None
+    return (f"kept on a window that met, then missed again as before ({found.describe()} against the baseline's "
+            f"missed window): {lucky.move} does not move the windows that miss at every allowed replica")

@@ -1,7 +1,7 @@
 """The pods' own A/A spread: how far apart two pods of one config measure in one window, so a canary is called
 better or worse only beyond it.
 
-slotune.canary's exact test treats a window's requests as exchangeable between the arms: any difference beyond the
+slotune.judge.canary's exact test treats a window's requests as exchangeable between the arms: any difference beyond the
 sampling noise is the config's. Pods are not interchangeable in that way: two processes of one config on shared
 cores measured 1.2-1.5x apart in median in one window (a stall of one process, a noisy neighbour), so under A/A the
 test called the canary worse in 10% of windows against its nominal 5% (bench/results/canary.*, stop 23). Every

@@ -1,11 +1,11 @@
 """Canary verification: judge a candidate config on one replica against its siblings over the same window.
 
-Before/after (slotune.verification) compares window N (old config) with window N+1 (new config), so any drift of
+Before/after (slotune.judge.verification) compares window N (old config) with window N+1 (new config), so any drift of
 the load between the two windows is read as the change's effect. A canary runs the candidate on one replica while
 the others keep the old config and the traffic is split evenly between them, so both arms see the same load at the
 same time and the drift cancels.
 
-The stated test, per SLO percentile: the exact two-sample quantile test of slotune.loadgen.compare (pooled-quantile
+The stated test, per SLO percentile: the exact two-sample quantile test of slotune.judge.compare (pooled-quantile
 threshold, one-sided Fisher exact test on exceedance counts; on bucket counts for Prometheus histograms, on samples
 where there are samples), the canary as sample B and the pooled sibling replicas as sample A, each test one-sided
 at ALPHA / 2, with an effect of at least MIN_EFFECT. Where the percentile's test sees no difference, the median's
@@ -16,7 +16,7 @@ improvement shown). Under A/A (the same config on both arms) a promotion needs t
 test to fire by chance: the false-promote rate is at most ALPHA (Bonferroni) if the requests of a window were
 exchangeable between the arms (bench/bench_canary.py measures it on real runtimes, where per-replica queues make
 them only roughly so). Pods are not exchangeable on shared cores (two processes of one config measured 1.2-1.5x apart
-in median in one window), so where the loop has A/A observations of its pods' spread (slotune.canary_noise), a
+in median in one window), so where the loop has A/A observations of its pods' spread (slotune.judge.canary_noise), a
 shift is called only when the ratio is also beyond that spread's floor at the same level; within it, it is no
 change, and the verdict says so.
 """
@@ -26,11 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from slotune.canary_noise import NoiseFloor
-from slotune.loadgen.compare import Comparison, Difference, compare_histograms, compare_samples
+from slotune.judge.canary_noise import NoiseFloor
+from slotune.judge.compare import Comparison, Difference, compare_histograms, compare_samples
+from slotune.judge.verification import MIN_EFFECT
 from slotune.slo import SLOSpec
 from slotune.snapshot import LatencyMetric, LatencySummary, MetricsSnapshot
-from slotune.verification import MIN_EFFECT
 
 ALPHA = 0.05  # the false-promote rate under A/A the rule is built to stay under; each test runs at ALPHA / 2
 METHOD = (f"canary: candidate on one replica vs the others over the same window; exact quantile test (pooled-"
@@ -69,7 +69,7 @@ def compare_arms(baseline: LatencySummary, canary: LatencySummary, percentile: i
 
 
 @dataclass(frozen=True)
-class Shift:
+class ArmShift:
     """Which way one SLO percentile of the canary moved, and the test that says so."""
 
     name: str
@@ -84,8 +84,8 @@ class Shift:
         return text if self.spread is None else f"{text}, within the pods' A/A spread x{self.spread:.2f}"
 
 
-def shift(baseline: LatencySummary, canary: LatencySummary, metric: LatencyMetric, percentile: int, alpha: float,
-          floor: NoiseFloor | None = None) -> Shift:
+def arm_shift(baseline: LatencySummary, canary: LatencySummary, metric: LatencyMetric, percentile: int,
+              alpha: float, floor: NoiseFloor | None = None) -> ArmShift:
     """The percentile's test; where it sees no difference, the median's, if the percentile's estimate moved the
     same way by MIN_EFFECT (a tail has few requests above it, and ties in its bucket only count against the test:
     a canary whose every request sits in the top bucket moves the median, not the pooled P99's exceedances).
@@ -94,29 +94,29 @@ def shift(baseline: LatencySummary, canary: LatencySummary, metric: LatencyMetri
     test = compare_arms(baseline, canary, percentile, alpha)
     if test.verdict in (Difference.BETTER, Difference.WORSE):
         spread = floor.explains(metric, percentile, test.ratio, alpha) if floor is not None else None
-        return Shift(name, Difference.NO_CHANGE if spread else test.verdict, test, spread=spread)
+        return ArmShift(name, Difference.NO_CHANGE if spread else test.verdict, test, spread=spread)
     if test.verdict is not Difference.NO_CHANGE or percentile == 50 or test.ratio is None:
-        return Shift(name, test.verdict, test)
+        return ArmShift(name, test.verdict, test)
     median = compare_arms(baseline, canary, 50, alpha)
     if median.verdict is Difference.BETTER and test.ratio <= 1 - MIN_EFFECT:
         moved = Difference.BETTER
     elif median.verdict is Difference.WORSE and test.ratio >= 1 + MIN_EFFECT:
         moved = Difference.WORSE
     else:
-        return Shift(name, Difference.NO_CHANGE, test)
+        return ArmShift(name, Difference.NO_CHANGE, test)
     spread = floor.explains(metric, 50, median.ratio, alpha) if floor is not None else None
-    return Shift(name, Difference.NO_CHANGE if spread else moved, test, median, spread)
+    return ArmShift(name, Difference.NO_CHANGE if spread else moved, test, median, spread)
 
 
 def judge(baseline: MetricsSnapshot, canary: MetricsSnapshot, target: LatencyMetric, percentile: int,
           slo: SLOSpec, alpha: float = ALPHA, floor: NoiseFloor | None = None) -> CanaryVerdict:
     """Promote or roll back the canary from one window of both arms (see the module docstring for the rule);
-    `floor`: the pods' A/A spread (slotune.canary_noise), None for the exact test alone."""
+    `floor`: the pods' A/A spread (slotune.judge.canary_noise), None for the exact test alone."""
     alpha = alpha / 2
     others = [t for t in slo.targets() if (t.metric, t.percentile) != (target, percentile)]
-    targeted = shift(baseline.latency(target), canary.latency(target), target, percentile, alpha, floor)
-    checks = [targeted] + [shift(baseline.latency(t.metric), canary.latency(t.metric), t.metric, t.percentile,
-                                 alpha, floor) for t in others]
+    targeted = arm_shift(baseline.latency(target), canary.latency(target), target, percentile, alpha, floor)
+    checks = [targeted] + [arm_shift(baseline.latency(t.metric), canary.latency(t.metric), t.metric, t.percentile,
+                                     alpha, floor) for t in others]
     worse = [check for check in checks if check.verdict is Difference.WORSE]
     if targeted.verdict is Difference.TOO_FEW_SAMPLES:
         return CanaryVerdict(CanaryOutcome.TOO_FEW_SAMPLES, targeted.test, (),

@@ -1,0 +1,62 @@
+"""The loop's reopen step: at rest (Converged, Infeasible) every window's measured load is checked against the
+windows the loop came to rest on (loop.shift: a stated test per statistic); a shift is recorded in the history and
+tuning resumes from the current config with a fresh budget: more capacity or other knobs when the SLO now misses,
+fewer replicas (the policy's trims) when the load fell and it still holds. Infeasible and Degraded also re-open
+when the spec's SLO or tuning changes.
+"""
+
+from __future__ import annotations
+
+from slotune.api.status import Observed, Phase, Verdict
+from slotune.loop.measure import MeasureStep
+from slotune.loop.shift import MAX_REFERENCE, LoadShift, WindowLoad, detect_shift
+from slotune.loop.state import HistoryRecord, TuningState, now_utc
+from slotune.snapshot import MetricsSnapshot
+
+
+class ReopenStep(MeasureStep):
+    def _reopen_if_changed(self, state: TuningState) -> TuningState:
+        """Infeasible and Degraded hold until the spec changes, or (Infeasible) a window shows another workload:
+        request rate, prompt or output lengths, or prefix-cache hit rate moved (loop.shift)."""
+        if state.spec_key and state.spec_key != self.problem.key:
+            return self._save(self._reopened(state, "the spec changed", same_workload=True))
+        if state.phase is Phase.DEGRADED or not state.load_reference:
+            return state
+        snapshot = self._window(state)
+        if isinstance(snapshot, TuningState):
+            return snapshot
+        if snapshot.num_requests < self.problem.tuning.min_samples:
+            return state
+        return self._save(self._watch_load(state, snapshot))
+
+    def _watch_load(self, state: TuningState, snapshot: MetricsSnapshot) -> TuningState:
+        """At rest (Converged or Infeasible, nothing pending), the window's load joins the reference, or, when it
+        moved (loop.shift.detect_shift), the shift is recorded and tuning resumes from the current config. Any
+        other window ends the rest: the reference is rebuilt when the loop next comes to rest."""
+        if state.pending is not None or state.phase not in (Phase.CONVERGED, Phase.INFEASIBLE):
+            return state.evolve(load_reference=()) if state.load_reference else state
+        load = WindowLoad.of(snapshot)
+        shift = detect_shift(state.load_reference, load)
+        if shift is None:
+            return state.evolve(load_reference=(*state.load_reference, load)[-MAX_REFERENCE:])
+        return self._shifted(state, shift, snapshot)
+
+    def _shifted(self, state: TuningState, shift: LoadShift, snapshot: MetricsSnapshot) -> TuningState:
+        """A workload shift: the history says what moved, by how much and what is done; the loop re-opens."""
+        running = state.current.describe()
+        done = (f"tuning resumes from {running}; the load fell, so fewer replicas are tried once the SLO holds"
+                if shift.fell and shift.statistic == "request rate" else f"tuning resumes from {running}")
+        entry = HistoryRecord(iteration=state.iteration, time=now_utc(), knob=None,
+                              change=f"workload shift: {shift.statistic} {shift.moved}", reason=shift.describe(),
+                              after=Observed.of(snapshot), config=state.current, verdict=Verdict.WORKLOAD_SHIFT,
+                              detail=done)
+        return self._reopened(state.record(entry), f"{shift.describe()}; {done}", same_workload=False)
+
+    def _reopened(self, state: TuningState, why: str, same_workload: bool) -> TuningState:
+        """Tuning again from the current config: what was tried under the old spec or load may work now."""
+        return state.evolve(phase=Phase.MEASURING, infeasible=None, settled=False, windows_met=0, windows_missed=0,
+                            streak=(), load_reference=(), spec_key="", changes_applied=0, rolled_back_moves=(),
+                            tried_keys=frozenset({state.current.key()}), best=None, best_badness=None,
+                            prepared_replicas=None, baseline=None, first_after=None, lucky=None, futile_moves=(),
+                            spec_acceptance=state.spec_acceptance if same_workload else None,
+                            message=f"re-opened: {why}")

@@ -47,6 +47,12 @@ class ReplicaCounts:
     starting: int = 0
 
 
+def replica_counts(backend: object, running: RuntimeConfig) -> ReplicaCounts:
+    """Ready and starting replicas, from a backend that tells them; else every replica of the config serves."""
+    reader = getattr(backend, "replica_counts", None)
+    return reader() if reader is not None else ReplicaCounts(ready=running.replicas, starting=0)
+
+
 class WindowOpen(Exception):
     """The window to judge has not ended yet; step again at `ends_at_s` (unix seconds)."""
 

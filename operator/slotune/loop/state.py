@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from slotune.api.status import (
     MAX_HISTORY,
     Canary,
+    CapacityStatus,
     DiagnosisReport,
     HistoryEntry,
     Observed,
@@ -28,6 +29,7 @@ from slotune.judge.canary_noise import NoiseFloor
 from slotune.judge.canary_pool import CanaryPool
 from slotune.knobs import RuntimeConfig
 from slotune.loop.shift import WindowLoad
+from slotune.policy.capacity import CapacityState
 from slotune.policy.futile import LuckyKeep
 from slotune.snapshot import LatencyMetric, MetricsSnapshot
 
@@ -110,6 +112,7 @@ class TuningState(_Frozen):
     forgiven_of: str = ""  # the config (described) whose one missed window while confirming was measured again
     lucky: LuckyKeep | None = None  # the last change, kept on a met window alone: re-judged on its next miss
     futile_moves: tuple[str, ...] = ()  # at every allowed replica, knob moves that did not move the windows that miss
+    capacity: CapacityState | None = None  # capacity control's memory (loop.capacity), when it owns replicas
     cooldown_until_s: float = 0.0
     metrics_available: bool = True
     slo_met: bool | None = None
@@ -146,7 +149,8 @@ class TuningState(_Frozen):
                   if pending is not None and pending.applied and pending.canary_pod else None)
         return TunedModelStatus(phase=self.phase, slo_met=self.slo_met, message=self.message[:4096],
                                 iteration=self.iteration, observed=self.observed, diagnosis=self.diagnosis,
-                                config=self.running, canary=canary, best_config=self.best, history=history)
+                                config=self.running, canary=canary, best_config=self.best, history=history,
+                                capacity=_capacity_status(self.capacity))
 
     @property
     def at_rest(self) -> bool:
@@ -162,6 +166,15 @@ class TuningState(_Frozen):
         if self.pending is not None and self.pending.applied and self.pending.canary_pod is None:
             return self.pending.config
         return self.current
+
+
+def _capacity_status(capacity: CapacityState | None) -> CapacityStatus | None:
+    if capacity is None or capacity.estimate is None:
+        return None
+    return CapacityStatus(ready=capacity.ready, starting=capacity.starting, arrival_rate=capacity.arrival_per_s,
+                          forecast_rate=capacity.forecast_per_s, per_replica_rate=capacity.per_replica_per_s,
+                          capacity_measured=capacity.estimate.measured, infeasible_at_rate=capacity.infeasible_at_rate,
+                          message=capacity.message[:1024])
 
 
 def now_utc() -> datetime:

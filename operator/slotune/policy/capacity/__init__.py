@@ -7,10 +7,11 @@ the two controllers share the loop.
 
 from slotune.policy.capacity.estimate import CapacityEstimate
 from slotune.policy.capacity.forecast import RateForecast
+from slotune.policy.capacity.ownership import owns_replicas, search_tuning
 from slotune.policy.capacity.plan import CapacityPlan, needed, plan
 from slotune.policy.capacity.settings import CapacitySettings
 from slotune.policy.capacity.state import CapacityState, ScaleStep
 from slotune.policy.capacity.window import CapacityWindow
 
 __all__ = ["CapacityEstimate", "CapacityPlan", "CapacitySettings", "CapacityState", "CapacityWindow",
-           "RateForecast", "ScaleStep", "needed", "plan"]
+           "RateForecast", "ScaleStep", "needed", "owns_replicas", "plan", "search_tuning"]

@@ -20,7 +20,7 @@ and the condition clears when the rate falls.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slotune.policy.capacity.estimate import CapacityEstimate
 from slotune.policy.capacity.forecast import RateForecast
@@ -44,9 +44,25 @@ class CapacityPlan:
         return self.replicas != running
 
 
-def plan(state: CapacityState, window: CapacityWindow, config_key: str, settings: CapacitySettings) -> CapacityPlan:
-    """The replicas to run after `window`, with the state that remembers why."""
-    state = _learn(state, window, config_key)
+def plan(state: CapacityState, window: CapacityWindow, config_key: str, settings: CapacitySettings,
+         may_trim: bool = True) -> CapacityPlan:
+    """The replicas to run after `window`, with the state that remembers why. `may_trim` False (a configuration
+    change is being judged) holds any trim: fewer replicas would move the load under the judgement."""
+    decided = _plan(_learn(state, window, config_key), window, settings, may_trim)
+    state = _read(decided.state, window, settings).model_copy(update={"message": decided.reason})
+    return replace(decided, state=state)
+
+
+def _read(state: CapacityState, window: CapacityWindow, settings: CapacitySettings) -> CapacityState:
+    assert state.forecast is not None and state.estimate is not None
+    ahead = (state.startup_s(settings.startup_prior_s) + window.window_s) / window.window_s
+    return state.model_copy(update={
+        "ready": window.ready, "starting": window.starting, "arrival_per_s": window.arrival_rate_per_s,
+        "forecast_per_s": state.forecast.upper_per_s(ahead),
+        "per_replica_per_s": per_replica_capacity(state.estimate, window)})
+
+
+def _plan(state: CapacityState, window: CapacityWindow, settings: CapacitySettings, may_trim: bool) -> CapacityPlan:
     state, verdict = _judge_step(state, window)
     state, restore = _watch_trim(state, window, settings)
     need = max(needed(state, window, settings, settings.up_headroom), restore)
@@ -57,6 +73,8 @@ def plan(state: CapacityState, window: CapacityWindow, config_key: str, settings
     target = min(max(need, settings.min_replicas), settings.max_replicas)
     if target > ordered:
         return _order(state, window, target, _up_reason(state, window, target, need, settings), verdict)
+    if not may_trim:
+        return CapacityPlan(state.ordered, state.model_copy(update={"down_windows": 0}), _hold_reason(state), verdict)
     return _maybe_trim(state, window, settings, verdict)
 
 

@@ -42,6 +42,12 @@ class CapacityState(BaseModel):
     startups_s: tuple[float, ...] = ()  # measured start-ups, order to serving, newest last
     infeasible_at_rate: bool = False  # the load needs more replicas than maxReplicas
     message: str = ""
+    # The last window as the plan read it, for the status.
+    ready: int = 0
+    starting: int = 0
+    arrival_per_s: float = 0.0
+    forecast_per_s: float = 0.0  # the upper forecast a start-up plus a window ahead
+    per_replica_per_s: float = 0.0  # the estimated SLO-meeting rate of one replica
 
     def startup_s(self, prior_s: float) -> float:
         return max(self.startups_s) if self.startups_s else prior_s

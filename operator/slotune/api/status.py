@@ -53,6 +53,7 @@ class Verdict(StrEnum):
     ROLLED_BACK = "RolledBack"
     FAILED = "Failed"
     WORKLOAD_SHIFT = "WorkloadShift"
+    SCALED = "Scaled"  # a capacity-control step: judged by what it served, never rolled back on latency
 
 
 class Verification(StrEnum):
@@ -65,6 +66,21 @@ class Canary(ApiModel):
 
     pod: str = Field(max_length=253, description="The pod running the candidate.")
     config: RuntimeConfig = Field(description="The candidate config that pod runs.")
+
+
+class CapacityStatus(ApiModel):
+    """Capacity control: the replicas the measured load needs, planned a start-up ahead, every window."""
+
+    ready: int = Field(ge=0, description="Replicas serving.")
+    starting: int = Field(ge=0, description="Replicas ordered that do not serve yet.")
+    arrival_rate: float = Field(ge=0, description="Requests per second that arrived in the last window.")
+    forecast_rate: float = Field(ge=0, description="Requests per second the plan sizes for, a start-up ahead.")
+    per_replica_rate: float = Field(ge=0, description="Requests per second one replica serves within the SLO.")
+    capacity_measured: bool = Field(description="Whether windows measured the per-replica rate (else the "
+                                    "performance model's prior, corrected by earlier configs).")
+    infeasible_at_rate: bool = Field(description="The load needs more replicas than maxReplicas: the most allowed "
+                                     "run, and this clears when the rate falls.")
+    message: str = Field(default="", max_length=1024, description="The last capacity decision and why.")
 
 
 class Condition(ApiModel):
@@ -200,6 +216,8 @@ class TunedModelStatus(ApiModel):
     config: RuntimeConfig | None = Field(default=None, description="The config running now (during a canary: on "
                                          "every pod but the canary's).")
     canary: Canary | None = Field(default=None, description="The canary being verified: its pod and config.")
+    capacity: CapacityStatus | None = Field(default=None, description="Capacity control, when it owns replicas "
+                                            "(replicas among tuning.knobs and maxReplicas above minReplicas).")
     best_config: RuntimeConfig | None = Field(
         default=None, description="The closest config to the SLO found so far; the one kept when Infeasible."
     )

@@ -133,6 +133,11 @@ class TuningSpec(ApiModel):
     hot_reconfigure: bool = Field(
         default=True, description="Change knobs in the running process where the engine can, instead of restarting."
     )
+    capacity_control: bool = Field(
+        default=False, description="Size replicas every window from the measured arrival rate, its trend and the "
+        "queue, a replica start-up ahead, judged by what they served (needs replicas in knobs and maxReplicas above "
+        "minReplicas); off: replicas are one more searched knob, judged by latency before and after.",
+    )
 
     RULES = (
         Rule("self.allowQualityChange || !self.knobs.exists(k, k == 'quantization' || k == 'kv_cache_dtype')",

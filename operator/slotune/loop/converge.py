@@ -24,6 +24,7 @@ from slotune.loop.shift import WindowLoad
 from slotune.loop.state import InfeasibleReport, TuningState
 from slotune.policy import Infeasible, PolicyInput, Proposal, propose, propose_headroom, propose_trim, squeeze_verdict
 from slotune.policy.best_effort import without_targets
+from slotune.policy.capacity import search_tuning
 from slotune.policy.diagnosis import Diagnosis
 from slotune.policy.futile import blocked, rejudged
 from slotune.policy.headroom import worth_headroom
@@ -203,7 +204,8 @@ class ConvergeStep(MeasureStep):
         excluded = state.learned.failed_keys | state.learned.tried_keys
         if revisit_kept:
             excluded -= revisitable((h.config for h in state.history if h.verdict is Verdict.KEPT), state.current)
-        return PolicyInput(state.current, snapshot, self.problem.slo, self.problem.tuning, self._deployment(state),
+        tuning = search_tuning(self.problem.tuning, self.problem.initial)  # replicas: capacity control's if it owns
+        return PolicyInput(state.current, snapshot, self.problem.slo, tuning, self._deployment(state),
                            excluded, state.learned.rolled_back_moves, state.learned.best, self.problem.workload,
                            state.learned.prepared_replicas, state.learned.spec_acceptance, self.problem.draft_model,
                            blocked(state.learned.futile_moves, state.current, self.problem.tuning))

@@ -17,7 +17,7 @@ from slotune.judge.attainment import interpolation_evidence, observed
 from slotune.judge.slo_bound import pool
 from slotune.knobs import RuntimeConfig
 from slotune.loop.apply import ApplyStep
-from slotune.loop.protocols import ApplyResult, MetricsUnavailable, WindowOpen
+from slotune.loop.protocols import ApplyResult, MetricsUnavailable, WindowOpen, replica_counts
 from slotune.loop.state import TuningState
 from slotune.metrics.domain import checked
 from slotune.perfmodel.deployment import Deployment
@@ -55,6 +55,8 @@ class MeasureStep(ApplyStep):
             return self._save(state.evolve(metrics_available=False,
                                            message=f"metrics unavailable, keeping the current config: {error}"))
         served = self.backend.apply(state.running)
+        if served.in_progress and replica_counts(self.backend, state.running).starting > 0 and state.capacity:
+            return snapshot  # replicas capacity control ordered are starting: its window, not the search's
         if not served.ok or served.changed:
             return self._save(self._drifted(state, served))
         check = checked(snapshot)

@@ -38,6 +38,21 @@ class ApplyResult:
         return cls(False, reason, in_progress=True, changed=True)
 
 
+@dataclass(frozen=True)
+class ReplicaCounts:
+    """Replicas serving, and replicas ordered that do not serve yet (a backend that can tell the two apart has a
+    `replica_counts()` method; capacity control reads it, see loop.capacity)."""
+
+    ready: int
+    starting: int = 0
+
+
+def replica_counts(backend: object, running: RuntimeConfig) -> ReplicaCounts:
+    """Ready and starting replicas, from a backend that tells them; else every replica of the config serves."""
+    reader = getattr(backend, "replica_counts", None)
+    return reader() if reader is not None else ReplicaCounts(ready=running.replicas, starting=0)
+
+
 class WindowOpen(Exception):
     """The window to judge has not ended yet; step again at `ends_at_s` (unix seconds)."""
 

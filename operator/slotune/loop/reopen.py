@@ -8,13 +8,13 @@ when the spec's SLO or tuning changes.
 from __future__ import annotations
 
 from slotune.api.status import Observed, Phase, Verdict
-from slotune.loop.measure import MeasureStep
+from slotune.loop.capacity import CapacityControlStep
 from slotune.loop.shift import MAX_REFERENCE, LoadShift, WindowLoad, detect_shift
 from slotune.loop.state import HistoryRecord, TuningState, now_utc
 from slotune.snapshot import MetricsSnapshot
 
 
-class ReopenStep(MeasureStep):
+class ReopenStep(CapacityControlStep):
     def _reopen_if_changed(self, state: TuningState) -> TuningState:
         """Infeasible and Degraded hold until the spec changes, or (Infeasible) a window shows another workload:
         request rate, prompt or output lengths, or prefix-cache hit rate moved (loop.shift)."""
@@ -25,8 +25,9 @@ class ReopenStep(MeasureStep):
         snapshot = self._window(state)
         if isinstance(snapshot, TuningState):
             return snapshot
-        if snapshot.num_requests < self.problem.tuning.min_samples:
-            return state
+        state, steady = self._control_capacity(state, snapshot)
+        if not steady or snapshot.num_requests < self.problem.tuning.min_samples:
+            return self._save(state)
         return self._save(self._watch_load(state, snapshot))
 
     def _watch_load(self, state: TuningState, snapshot: MetricsSnapshot) -> TuningState:

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from slotune.api.status import (
     MAX_HISTORY,
     Canary,
+    CapacityStatus,
     DiagnosisReport,
     HistoryEntry,
     Observed,
@@ -34,6 +35,7 @@ from slotune.judge.canary_pool import CanaryPool
 from slotune.knobs import RuntimeConfig
 from slotune.loop.shift import WindowLoad
 from slotune.policy import Proposal
+from slotune.policy.capacity import CapacityState
 from slotune.policy.futile import LuckyKeep
 from slotune.snapshot import MetricsSnapshot
 
@@ -169,6 +171,7 @@ class TuningState(_Frozen):
     measured: Measured = Measured()
     learned: Learned = Learned()
     convergence: Convergence = Convergence()
+    capacity: CapacityState | None = None  # capacity control's memory (loop.capacity), when it owns replicas
 
     @model_validator(mode="before")
     @classmethod
@@ -216,7 +219,8 @@ class TuningState(_Frozen):
                   if pending is not None and pending.applied and pending.canary_pod else None)
         return TunedModelStatus(phase=self.phase, slo_met=self.measured.slo_met, message=self.message[:4096],
                                 iteration=self.iteration, observed=self.measured.observed, diagnosis=self.diagnosis,
-                                config=self.running, canary=canary, best_config=self.learned.best, history=history)
+                                config=self.running, canary=canary, best_config=self.learned.best, history=history,
+                                capacity=_capacity_status(self.capacity))
 
     @property
     def at_rest(self) -> bool:
@@ -233,6 +237,15 @@ class TuningState(_Frozen):
         if self.pending is not None and self.pending.applied and self.pending.canary_pod is None:
             return self.pending.config
         return self.current
+
+
+def _capacity_status(capacity: CapacityState | None) -> CapacityStatus | None:
+    if capacity is None or capacity.estimate is None:
+        return None
+    return CapacityStatus(ready=capacity.ready, starting=capacity.starting, arrival_rate=capacity.arrival_per_s,
+                          forecast_rate=capacity.forecast_per_s, per_replica_rate=capacity.per_replica_per_s,
+                          capacity_measured=capacity.estimate.measured, infeasible_at_rate=capacity.infeasible_at_rate,
+                          message=capacity.message[:1024])
 
 
 def now_utc() -> datetime:

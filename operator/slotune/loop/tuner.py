@@ -10,7 +10,9 @@ The loop is the state machine and nothing else; every rule that chooses or rejec
 (slotune.policy) and every verdict the judge's (slotune.judge). Its steps, one module each, each building on the one
 before: apply (`loop.apply`: intents, rollouts, rollbacks), measure (`loop.measure`: the window, its calibration
 and diagnosis), converge (`loop.converge`: confirm with confidence, or ask the policy), verify (`loop.verify`: the
-pending change's verdict), reopen (`loop.reopen`: a workload shift or spec change at rest). `Tuner` composes them.
+pending change's verdict), reopen (`loop.reopen`: a workload shift or spec change at rest). Before any of them sees
+a window, capacity control (`loop.capacity`) sizes replicas for it, every window and in every phase; the search
+judges only the windows it calls steady. `Tuner` composes them.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ class Tuner(VerifyStep, ReopenStep):
         snapshot = self._window(state)
         if isinstance(snapshot, TuningState):
             return snapshot
+        state, steady = self._control_capacity(state, snapshot)
+        if not steady:
+            return self._save(state)
         snapshot, state = self._pool_short(state, snapshot)
         if snapshot.num_requests < self.problem.tuning.min_samples:
             return self._save(self._too_short(state, snapshot))

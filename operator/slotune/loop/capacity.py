@@ -10,7 +10,7 @@ step ordered within it or at its end): any other window measured the load's moti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slotune.api.status import Observed, Verdict
 from slotune.api.tuning import Knob, TuningSpec
@@ -41,7 +41,11 @@ class CapacityStep:
 
     plan: CapacityPlan
     counts: ReplicaCounts
-    steady: bool  # the configuration search may judge this window
+    waits: str = ""  # why the configuration search may not judge this window; empty: it may (the window is steady)
+
+    @property
+    def steady(self) -> bool:
+        return not self.waits
 
 
 def settings_for(tuning: TuningSpec, initial: RuntimeConfig, deployment: Deployment) -> CapacitySettings:
@@ -79,20 +83,45 @@ def control(state: CapacityState | None, snapshot: MetricsSnapshot, counts: Repl
             may_trim: bool = True) -> CapacityStep:
     """One window of capacity control for the deployment running `config`."""
     state = _measure_startup(state or CapacityState(ordered=config.replicas), counts, end_s)
+    counts = _served_through(state, counts, end_s)
     prior = prior_per_replica(deployment, config, snapshot, slo)
     window = window_of(snapshot, counts, end_s, slo.is_met(snapshot), prior)
     decided = plan(state, window, _config_key(config), settings, may_trim)
-    # A queue that stands at a replica count that served the whole window is the config's own (a batch limit
-    # that binds): the search may judge it. One left by a step still starting, or ordered now, is the load's motion.
+    # The search judges a config only on a window that measured it: nothing starting, no step within the window,
+    # and no queue in it or the window before (the first window after a queue drains still serves the requests
+    # that waited in it): those windows measured the load's motion, not the config. That holds at maxReplicas too:
+    # before/after under a growing queue measures the queue; the search improves a replica on the calm windows.
     last = state.last_step
-    settled = last is None or end_s - last.at_s >= window.window_s
-    steady = counts.starting == 0 and settled and not decided.changed(config.replicas)
-    return CapacityStep(decided, counts, steady)
+    queued = max(window.waiting_end, window.waiting_mean) >= max(counts.ready, 1)
+    queued_before = state.queued_at_s is not None and end_s - state.queued_at_s <= window.window_s * 1.5
+    if queued:
+        decided = replace(decided, state=decided.state.model_copy(update={"queued_at_s": end_s}))
+    if counts.starting:
+        waits = f"{counts.starting} replica(s) starting"
+    elif decided.changed(config.replicas):
+        waits = "replicas change now"
+    elif last is not None and end_s - last.at_s < window.window_s:
+        waits = "the window served part of the time at another replica count"
+    elif queued or queued_before:
+        waits = "requests queued: the window measured the load's motion, not the config"
+    else:
+        waits = ""
+    return CapacityStep(decided, counts, waits)
 
 
 def _config_key(config: RuntimeConfig) -> str:
     """The engine config whose capacity is learned: replicas aside, as capacity is per replica."""
     return config.with_changes(replicas=1).key()
+
+
+def _served_through(state: CapacityState, counts: ReplicaCounts, end_s: float) -> ReplicaCounts:
+    """The replicas as the window saw them: ones first seen serving at its end started within it, so they count as
+    starting (the backend's counts are the window's end; a window half-served by them measures neither count)."""
+    step = state.last_step
+    if step is None or not step.up or step.served_at_s != end_s:
+        return counts
+    ready = min(counts.ready, step.from_replicas)
+    return ReplicaCounts(ready=ready, starting=counts.ready + counts.starting - ready)
 
 
 def _measure_startup(state: CapacityState, counts: ReplicaCounts, now_s: float) -> CapacityState:
@@ -121,9 +150,7 @@ class CapacityControlStep(MeasureStep):
         if step.plan.changed(state.running.replicas):
             return self._scaled(state, step.plan, snapshot), False
         if not step.steady:
-            why = (f"{counts.starting} replica(s) starting" if counts.starting else
-                   "the window served part of the time at another replica count")
-            return state.evolve(message=f"configuration search waits ({why}): {step.plan.reason}"), False
+            return state.evolve(message=f"configuration search waits ({step.waits}): {step.plan.reason}"), False
         return state, True
 
     def _scaled(self, state: TuningState, decided: CapacityPlan, snapshot: MetricsSnapshot) -> TuningState:

@@ -17,16 +17,24 @@ from slotune.snapshot import MetricsSnapshot
 class ReopenStep(CapacityControlStep):
     def _reopen_if_changed(self, state: TuningState) -> TuningState:
         """Infeasible and Degraded hold until the spec changes, or (Infeasible) a window shows another workload:
-        request rate, prompt or output lengths, or prefix-cache hit rate moved (loop.shift)."""
+        request rate, prompt or output lengths, or prefix-cache hit rate moved (loop.shift). Where capacity control
+        owns replicas it acts on every window here too, and a steady window that meets the SLO ends Infeasible:
+        the rate it was declared at has passed."""
         if state.convergence.spec_key and state.convergence.spec_key != self.problem.key:
             return self._save(self._reopened(state, "the spec changed", same_workload=True))
-        if state.phase is Phase.DEGRADED or not state.convergence.load_reference:
+        capacity = self._capacity_on()
+        if state.phase is Phase.DEGRADED or not (state.convergence.load_reference or capacity):
             return state
         snapshot = self._window(state)
         if isinstance(snapshot, TuningState):
             return snapshot
         state, steady = self._control_capacity(state, snapshot)
         if not steady or snapshot.num_requests < self.problem.tuning.min_samples:
+            return self._save(state)
+        if capacity and state.phase is Phase.INFEASIBLE and self.problem.slo.is_met(snapshot):
+            return self._save(self._reopened(state, "every SLO target holds again at this load",
+                                             same_workload=True))
+        if not state.convergence.load_reference:
             return self._save(state)
         return self._save(self._watch_load(state, snapshot))
 

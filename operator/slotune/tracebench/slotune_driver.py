@@ -2,7 +2,7 @@
 continuous simulation through `TraceDeployment` (its Backend and MeasurementSource) with the simulation's clock.
 
 This is the only place the benchmark touches the loop: the problem it is given (the SLO, 60-second windows, every
-engine knob slotune tunes without changing outputs, 1 to max replicas, the simulator's deployment as its prior) and
+engine knob slotune tunes without changing outputs, 1 to max replicas owned by capacity control, the simulator's deployment as its prior) and
 how it is stepped. After a window the tuner is stepped until it has read that window (a step that only applies a
 change or waits for a rollout reads nothing), at most `MAX_STEPS` times.
 """
@@ -23,8 +23,8 @@ MAX_STEPS = 3
 class SlotuneDriver:
     def __init__(self, deployment: Deployment, slo: SLOSpec, start: RuntimeConfig, window_s: float,
                  max_replicas: int) -> None:
-        tuning = TuningSpec.model_validate({"windowSeconds": window_s, "bounds": {"minReplicas": 1,
-                                                                            "maxReplicas": max_replicas}})
+        tuning = TuningSpec.model_validate({"windowSeconds": window_s, "capacityControl": True,
+                                            "bounds": {"minReplicas": 1, "maxReplicas": max_replicas}})
         self.problem = TuningProblem(slo=slo, tuning=tuning, deployment=deployment, initial=start)
         self.deployment, self.window_s = deployment, window_s
         self.tuner: Tuner | None = None

@@ -67,8 +67,11 @@ def _plan(state: CapacityState, window: CapacityWindow, settings: CapacitySettin
     state, restore = _watch_trim(state, window, settings)
     need = max(needed(state, window, settings, settings.up_headroom), restore)
     ordered = state.ordered or window.ready + window.starting
-    # The rate, not the backlog it left: a queue built at a peak drains at maxReplicas once the rate falls.
-    at_rate = needed(state, window, settings, backlog=False) > settings.max_replicas
+    # The rate, not the backlog it left: a queue built at a peak drains at maxReplicas once the rate falls. And
+    # measured, not forecast: a window that met the SLO with no queue standing is not infeasible, whatever the
+    # upper forecast says.
+    strained = not window.met or window.waiting_end >= max(window.ready, 1)
+    at_rate = strained and needed(state, window, settings, backlog=False) > settings.max_replicas
     state = state.model_copy(update={"infeasible_at_rate": at_rate, "ordered": ordered})
     target = min(max(need, settings.min_replicas), settings.max_replicas)
     if target > ordered:
@@ -99,7 +102,9 @@ def _learn(state: CapacityState, window: CapacityWindow, config_key: str) -> Cap
                 else state.forecast.observe(window.arrival_rate_per_s))
     estimate = (state.estimate or CapacityEstimate(config_key=config_key)).for_config(config_key)
     if window.steady and window.arrival_rate_per_s > 0:
-        if window.saturated:
+        # A queue that shrank was served faster than it grew: some replica had room (a backlog left on one replica
+        # drains there alone), so the served rate is no ceiling.
+        if window.saturated and _queue_grew(state, window):
             estimate = estimate.saturated(window.served_factor())
         if window.met and window.waiting_end < window.ready:
             estimate = estimate.met(window.load_factor())

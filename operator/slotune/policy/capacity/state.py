@@ -41,6 +41,7 @@ class CapacityState(BaseModel):
     last_step: ScaleStep | None = None
     startups_s: tuple[float, ...] = ()  # measured start-ups, order to serving, newest last
     infeasible_at_rate: bool = False  # the load needs more replicas than maxReplicas
+    queued_at_s: float | None = None  # the end of the last window in which requests queued
     message: str = ""
     # The last window as the plan read it, for the status.
     ready: int = 0

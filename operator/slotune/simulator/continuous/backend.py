@@ -7,7 +7,8 @@ change never skips traffic. `clock` is the simulation's time as unix seconds, fo
 
 `apply` follows the protocol: a config whose replicas cannot start (weights or KV cache do not fit) fails as a crashed
 runtime would and changes nothing; otherwise knobs change live on every replica and replicas are ordered or drained,
-and the answer is `rolling_out` while an ordered replica is still starting, success once every one serves.
+and the answer is `rolling_out` while an ordered replica is still starting, success once every one serves;
+`replica_counts` tells capacity control which replicas serve and which are still starting.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slotune.knobs import RuntimeConfig
-from slotune.loop.protocols import ApplyResult, WindowOpen
+from slotune.loop.protocols import ApplyResult, ReplicaCounts, WindowOpen
 from slotune.metrics.window import MetricsUnavailable, UnavailableReason
 from slotune.perfmodel.deployment import Deployment
 from slotune.simulator.continuous.simulation import TraceSimulation
@@ -54,6 +55,9 @@ class TraceDeployment:
             return ApplyResult.rolling_out(f"{simulation.num_starting} replica(s) starting, "
                                            f"{simulation.num_ready} serving")
         return ApplyResult.success(changed=changed)
+
+    def replica_counts(self) -> ReplicaCounts:
+        return ReplicaCounts(ready=self.simulation.num_ready, starting=self.simulation.num_starting)
 
     def ready(self) -> bool:
         return self.simulation.num_ready > 0

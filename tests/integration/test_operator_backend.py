@@ -18,6 +18,7 @@ from slotune.backends.kube_deployment import KubernetesBackend
 from slotune.controller.status import readiness
 from slotune.knobs import KVCacheDtype, RuntimeConfig
 from slotune.loop import ApplyResult
+from slotune.loop.protocols import ReplicaCounts
 from slotune.settings import OperatorSettings
 from tests.e2e.harness.kube import apply, get, install_tunedmodel_crd, scratch_namespace
 from tests.integration.test_operator import tunedmodel
@@ -71,6 +72,7 @@ def test_unschedulable_replicas_fail_the_apply_and_the_previous_config_comes_bac
     with vllm_backend(kube, namespace, 4, settings, recorded) as (backend, initial):
         assert settle(backend, initial).ok
         assert settle(backend, initial.with_changes(replicas=2)).ok  # scaled, same pods kept
+        assert backend.replica_counts() == ReplicaCounts(ready=2, starting=0)  # what capacity control reads
         before = pod_names(kube, namespace)
 
         too_many = settle(backend, initial.with_changes(replicas=3))
@@ -78,6 +80,7 @@ def test_unschedulable_replicas_fail_the_apply_and_the_previous_config_comes_bac
         assert "Insufficient nvidia.com/gpu" in too_many.reason
         assert "scaled to 2 of 3 requested replicas" in too_many.reason  # the third pod is not left Pending
         assert get(kube, "deployment", "big-runtime", namespace)["spec"]["replicas"] == 2
+        assert backend.replica_counts() == ReplicaCounts(ready=2, starting=0)  # the Pending third is not counted
         assert ("RolloutFailed", too_many.reason, True) in recorded
 
         assert settle(backend, initial.with_changes(replicas=2)).ok  # the rollback

@@ -36,7 +36,7 @@ from slotune.backends.kube_canary_pod import CANARY_POD_LABEL
 from slotune.backends.kube_canary_start import CanaryStart
 from slotune.backends.kube_pods import AdminCall, Rollout, pod_problem_of, pod_ready, rollout_state, runs
 from slotune.knobs import Engine, RuntimeConfig
-from slotune.loop.protocols import ApplyResult
+from slotune.loop.protocols import ApplyResult, ReplicaCounts
 from slotune.manifests import admission
 from slotune.manifests.network_policy import build_network_policy, operator_namespace, parse_peers
 from slotune.manifests.resources import (
@@ -213,6 +213,16 @@ class KubernetesBackend:
     def ready(self) -> bool:
         deployment = self.deployment()
         return deployment is not None and rollout_state(deployment).done
+
+    def replica_counts(self) -> ReplicaCounts:
+        """Replicas serving (ready) and ordered but not yet ready, from the Deployment's status: capacity control
+        learns a pod's start-up from them and judges no window half-served by a pod still starting."""
+        deployment = self.deployment()
+        if deployment is None:
+            return ReplicaCounts(ready=0, starting=0)
+        wanted = deployment.get("spec", {}).get("replicas", 1)
+        ready = min(deployment.get("status", {}).get("readyReplicas", 0), wanted)
+        return ReplicaCounts(ready=ready, starting=wanted - ready)
 
     def start_canary(self, running: RuntimeConfig, candidate: RuntimeConfig) -> CanaryStart | None:
         return start_canary(self, running, candidate)

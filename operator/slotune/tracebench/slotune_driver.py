@@ -2,9 +2,9 @@
 continuous simulation through `TraceDeployment` (its Backend and MeasurementSource) with the simulation's clock.
 
 This is the only place the benchmark touches the loop: the problem it is given (the SLO, 60-second windows, every
-engine knob slotune tunes without changing outputs, 1 to max replicas owned by capacity control, the simulator's deployment as its prior) and
-how it is stepped. After a window the tuner is stepped until it has read that window (a step that only applies a
-change or waits for a rollout reads nothing), at most `MAX_STEPS` times.
+engine knob slotune tunes without changing outputs, 1 to max replicas owned by capacity control, the simulator's
+deployment as its prior) and how it is stepped. After a window the tuner is stepped until it has read that window
+(a step that only applies a change or waits for a rollout reads nothing), at most `MAX_STEPS` times.
 """
 
 from __future__ import annotations

@@ -102,6 +102,7 @@ def _learn(state: CapacityState, window: CapacityWindow, config_key: str) -> Cap
                 else state.forecast.observe(window.arrival_rate_per_s))
     estimate = (state.estimate or CapacityEstimate(config_key=config_key)).for_config(config_key)
     if window.steady and window.arrival_rate_per_s > 0:
+        estimate = estimate.aged()
         # A queue that shrank was served faster than it grew: some replica had room (a backlog left on one replica
         # drains there alone), so the served rate is no ceiling.
         if window.saturated and _queue_grew(state, window):
@@ -153,7 +154,7 @@ def _watch_trim(state: CapacityState, window: CapacityWindow, settings: Capacity
         return state, 0
     assert state.estimate is not None
     bar = min(state.trim_bar * settings.trim_bar_step, settings.max_trim_bar)
-    estimate = state.estimate.missed(window.load_factor()) if window.steady else state.estimate
+    estimate = state.estimate.trim_missed(window.load_factor()) if window.steady else state.estimate
     return state.model_copy(update={"trim_bar": bar, "estimate": estimate,
                                     "last_step": step.model_copy(update={"judged": True})}), step.from_replicas
 

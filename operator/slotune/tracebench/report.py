@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from slotune.tracebench import goal
 from slotune.tracebench.plot import plot_trace
 from slotune.tracebench.run import CaseResult, StrategyFigures, best_variants
 
@@ -81,6 +82,8 @@ def to_markdown(results: list[CaseResult], machine: str, elapsed_s: float) -> st
             lines.append(f"| {f.strategy} | {f.engine_config} | {f.variant}{mark} | {f.first.attainment:.2%} | "
                          f"{f.second.attainment:.2%} | {f.second.window_attainment:.1%} | {f.first.gpu_hours:.2f} | "
                          f"{f.second.gpu_hours:.2f} | {f.second.changes_per_hour:.1f} | {f.second.worst_window:.1%} |")
+        checked = goal.check(result.figures)  # in the markdown only: traces.json keeps the schema
+        lines += ["", checked.describe()] if checked is not None else []
         lines.append("")
     return "\n".join(lines)
 

@@ -178,7 +178,9 @@ def with_replicas(state: TuningState, replicas: int) -> TuningState:
 
     pending = state.pending
     if pending is not None:
-        pending = pending.model_copy(update={"config": at(pending.config), "previous": at(pending.previous)})
+        # The candidate lives in the proposal (PendingChange.config reads it from there).
+        pending = pending.model_copy(update={"proposal": replace(pending.proposal, config=at(pending.config)),
+                                             "previous": at(pending.previous)})
     infeasible = state.infeasible
     if infeasible is not None:
         infeasible = infeasible.model_copy(update={"closest": at(infeasible.closest)})

@@ -1,5 +1,5 @@
-"""Runtime pods under Pod Security "restricted", checked by the API server itself, and the chart's NetworkPolicy
-selecting them.
+"""Runtime pods under Pod Security "restricted", checked by the API server itself, and the NetworkPolicy the operator
+applies for each TunedModel selecting them.
 
 The namespace enforces `restricted`, so the ReplicaSet controller's pod creations go through the PodSecurity admission
 plugin of the real kube-apiserver: a runtime pod exists only if it passes. A bare pod in the same namespace is refused,
@@ -40,13 +40,14 @@ def selected(kube, namespace: str, match_labels: dict[str, str]) -> list[str]:
     return kube.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "name").stdout.split()
 
 
-def network_policy(helm_binary: Path, namespace: str) -> dict[str, dict]:
+def operator_pod_template(helm_binary: Path, namespace: str) -> dict:
+    """The operator's pod template as the chart renders it: the labels the runtime policies admit."""
     rendered = subprocess.run([str(helm_binary), "template", RELEASE, str(ROOT / "charts" / "slotune"),
                                "--namespace", SYSTEM_NAMESPACE, "--set", f"watchNamespaces={{{namespace}}}",
-                               "--show-only", "templates/networkpolicy.yaml",
                                "--show-only", "templates/deployment.yaml"],
                               check=True, capture_output=True, text=True)
-    return {d["kind"]: d for d in yaml.safe_load_all(rendered.stdout) if d}
+    (deployment,) = [d for d in yaml.safe_load_all(rendered.stdout) if d]
+    return deployment["spec"]["template"]
 
 
 def test_runtime_pods_are_admitted_under_restricted_and_selected_by_the_network_policy(kube, helm_binary,
@@ -71,13 +72,15 @@ def test_runtime_pods_are_admitted_under_restricted_and_selected_by_the_network_
     pods = [p for p in all_pods if p.startswith("pod/locked-runtime-")]
     assert len(pods) == 2 and len([p for p in all_pods if p.startswith("pod/locked-vllm-runtime-")]) == 1, all_pods
 
-    objects = network_policy(helm_binary, restricted)
-    policy, operator_pod = objects["NetworkPolicy"], objects["Deployment"]["spec"]["template"]
-    apply(kube, policy)  # the API server accepts it as rendered
-    assert sorted(selected(kube, restricted, policy["spec"]["podSelector"]["matchLabels"])) == sorted(all_pods)
-    (operator_peer,) = policy["spec"]["ingress"][0]["from"]
-    assert operator_peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": SYSTEM_NAMESPACE}
-    assert operator_peer["podSelector"]["matchLabels"].items() <= operator_pod["metadata"]["labels"].items()
-    operator_rule, *client_rules = policy["spec"]["ingress"]
-    assert {p["port"] for p in operator_rule["ports"]} == {8000, 8001}  # the API and /admin/config (--admin-port)
-    assert all({p["port"] for p in rule["ports"]} == {8000} for rule in client_rules)
+    # The operator applies each TunedModel's NetworkPolicy beside its Deployment (the API server accepted it).
+    operator_pod = operator_pod_template(helm_binary, restricted)
+    for name, prefix in (("locked", "pod/locked-runtime-"), ("locked-vllm", "pod/locked-vllm-runtime-")):
+        policy = get(kube, "networkpolicy", f"{name}-runtime", restricted)
+        assert sorted(selected(kube, restricted, policy["spec"]["podSelector"]["matchLabels"])) == sorted(
+            p for p in all_pods if p.startswith(prefix))
+        operator_rule, *client_rules = policy["spec"]["ingress"]
+        (operator_peer,) = operator_rule["from"]
+        # Run outside a cluster, the operator cannot name its namespace: any namespace, the operator's pods only.
+        assert operator_peer["podSelector"]["matchLabels"].items() <= operator_pod["metadata"]["labels"].items()
+        assert {p["port"] for p in operator_rule["ports"]} == {8000, 8001}  # the API and /admin/config
+        assert client_rules and all({p["port"] for p in rule["ports"]} == {8000} for rule in client_rules)

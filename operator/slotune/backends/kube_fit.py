@@ -28,8 +28,11 @@ class Fit:
     reason: str  # why the others did not fit (the pod's Unschedulable message, the quota's FailedCreate)
 
     def message(self) -> str:
-        return (f"scaled to {self.fits} of {self.requested} requested replicas, no pod left Pending: {self.reason}; "
-                "the requested count stays in status.config.replicas and is asked for again on the next spec change")
+        # The reason ends a sentence: Kubernetes' messages repeat their last words ("... not found. not found"),
+        # which the status drops sentence by sentence (controller.status.readable).
+        return (f"scaled to {self.fits} of {self.requested} requested replicas, no pod left Pending: "
+                f"{self.reason.rstrip('. ')}. The requested count stays in status.config.replicas and is asked for "
+                "again on the next spec change")
 
 
 def placed(pod: dict[str, Any]) -> bool:

@@ -17,8 +17,9 @@ from slotune.snapshot import LatencyMetric, LatencySummary, MetricsSnapshot
 
 # Readings that are ratios of two counts: each must lie in [0, 1].
 _FRACTIONS = ("prefix_cache_hit_rate", "spec_acceptance_rate", "kv_cache_usage")
-# Optional readings that are counts or means of counts: >= 0 (spec_mean_acceptance_length: >= 1, checked apart).
-_OPTIONAL_COUNTS = ("mean_prompt_tokens", "mean_generation_tokens", "num_running_mean", "num_waiting_mean")
+# Optional counts, means of counts and the arrival rate: >= 0 (spec_mean_acceptance_length: >= 1, checked apart).
+_OPTIONAL_COUNTS = ("mean_prompt_tokens", "mean_generation_tokens", "num_running_mean", "num_waiting_mean",
+                    "num_waiting_end", "arrival_rate_per_s")
 # Rates a verdict is drawn from (throughput floor, load shift, capacity): a negative one is a counter reset.
 _RATES = ("request_rate_per_s", "prompt_tokens_per_s", "generation_tokens_per_s")
 

@@ -94,6 +94,7 @@ def test_a_scale_up_ordered_into_a_growing_backlog_is_kept_and_the_backlog_drain
     assert result.replicas[first_up:drained] == sorted(result.replicas[first_up:drained])  # never taken back
     assert drained <= first_up + 5
     assert result.met[-3:] == [True, True, True]
+    assert any("did what the capacity model predicted" in v for v in result.verdicts)
 
 
 def test_a_ceiling_measured_on_the_way_up_fades_unless_measured_again() -> None:
@@ -185,9 +186,11 @@ def test_nothing_is_trimmed_on_the_models_word_alone() -> None:
 
 
 def test_a_step_that_serves_less_than_predicted_lowers_the_estimate_instead_of_being_undone() -> None:
+    # The model is 3x optimistic. The estimate is lowered while the step serves (later, steady met windows loosen it
+    # again: test_a_ceiling_measured_on_the_way_up_fades_unless_measured_again).
     early = run(FluidWorld(ready=1, prior_per_replica=3.0, serve_per_replica=1.25), [0.5] * 2 + [4.0] * 6, settings())
     assert early.state.estimate is not None and early.state.estimate.factor < 0.5
-    world = FluidWorld(ready=1, prior_per_replica=3.0, serve_per_replica=1.25)  # the model is 3x optimistic
+    world = FluidWorld(ready=1, prior_per_replica=3.0, serve_per_replica=1.25)
     result = run(world, [0.5] * 2 + [4.0] * 16, settings())
     drained = next(i for i, q in enumerate(result.queues) if i > 2 and q < 1.0)
     assert result.replicas[2:drained] == sorted(result.replicas[2:drained])  # never undone while it drains

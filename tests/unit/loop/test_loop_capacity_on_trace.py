@@ -101,7 +101,8 @@ def test_a_scale_up_ordered_into_a_growing_backlog_is_kept_and_the_backlog_drain
     added = windows[11].ready + windows[11].starting
     assert added >= 4, "the step to 4 requests/s is met with replicas ordered in the window it arrived"
     assert max(w.waiting_end for w in windows[10:14]) > 20, "the scale-up was ordered into a growing backlog"
-    assert "did what the capacity model predicted" in (ups[0].detail or ""), ups[0].detail
+    # Judged by what it served or drained (a step a later one superseded before it served is judged with it).
+    assert any("did what the capacity model predicted" in (h.detail or "") for h in ups[:2]), replica_steps(final)
     assert not any(h.verdict is Verdict.ROLLED_BACK and h.knob is Knob.REPLICAS for h in final.history)
     drained = next(i for i in range(12, len(windows)) if windows[i].waiting_end < windows[i].ready)
     assert min(w.ready for w in windows[12:drained + 1]) >= 4, "the scale-up stood until the backlog drained"

@@ -9,10 +9,10 @@ Every window (whatever the configuration search is doing) the plan
    is not the backlog's cause. A step that did less than predicted lowers the estimate instead of being undone;
 3. sizes: replicas = (upper forecast a start-up plus a window ahead + the queue spread over `drain_windows`) /
    (per-replica capacity x `up_headroom`). Up at once; down only after `down_windows` windows in a row in which
-   fewer replicas carry the upper forecast with headroom, nothing is starting, no queue stands and the rate is not
-   rising, and while fewer than `max_changes_per_hour` changes were made in the hour; never past TRIM_STRETCH x a
-   per-replica load measured to meet the SLO. A miss within `trim_watch_windows` after a trim raises the bar for
-   the next one.
+   fewer replicas carry the upper forecast with headroom, nothing is starting and no queue stands, to the most
+   any of them asked for, when the rate is not rising and fewer than `max_changes_per_hour` changes were made in
+   the hour; never past TRIM_STRETCH x a per-replica load measured to meet the SLO, nor to one a failed trim
+   measured. A miss within `trim_watch_windows` after a trim raises the bar for the next one.
 More than `max_replicas` needed is "infeasible at this rate": the plan runs the most it may and keeps planning,
 and the condition clears when the rate falls.
 """
@@ -58,6 +58,7 @@ def _read(state: CapacityState, window: CapacityWindow, settings: CapacitySettin
     ahead = (state.startup_s(settings.startup_prior_s) + window.window_s) / window.window_s
     return state.model_copy(update={
         "ready": window.ready, "starting": window.starting, "arrival_per_s": window.arrival_rate_per_s,
+        "waiting_end": window.waiting_end,
         "forecast_per_s": state.forecast.upper_per_s(ahead),
         "per_replica_per_s": per_replica_capacity(state.estimate, window)})
 
@@ -77,7 +78,8 @@ def _plan(state: CapacityState, window: CapacityWindow, settings: CapacitySettin
     if target > ordered:
         return _order(state, window, target, _up_reason(state, window, target, need, settings), verdict)
     if not may_trim:
-        return CapacityPlan(state.ordered, state.model_copy(update={"down_windows": 0}), _hold_reason(state), verdict)
+        held = state.model_copy(update={"down_windows": 0, "trim_to": 0})
+        return CapacityPlan(state.ordered, held, _hold_reason(state), verdict)
     return _maybe_trim(state, window, settings, verdict)
 
 
@@ -104,8 +106,10 @@ def _learn(state: CapacityState, window: CapacityWindow, config_key: str) -> Cap
     if window.steady and window.arrival_rate_per_s > 0:
         estimate = estimate.aged()
         # A queue that shrank was served faster than it grew: some replica had room (a backlog left on one replica
-        # drains there alone), so the served rate is no ceiling.
-        if window.saturated and _queue_grew(state, window):
+        # drains there alone), so the served rate is no ceiling. Nor is it where the window began with no queue
+        # (a run's first window, the end of a lull): the served rate counts finished requests, and replicas whose
+        # batches were filling finished fewer than they served (a request's lifetime of work is still in flight).
+        if window.saturated and _queue_grew(state, window) and _queued_at_start(state, window):
             estimate = estimate.saturated(window.served_factor())
         if window.met and window.waiting_end < window.ready:
             estimate = estimate.met(window.load_factor())
@@ -117,6 +121,11 @@ def _learn(state: CapacityState, window: CapacityWindow, config_key: str) -> Cap
 def _queue_grew(state: CapacityState, window: CapacityWindow) -> bool:
     """The queue at the window's end is longer than at its start (the step's, or its mean as the start's proxy)."""
     return window.waiting_end >= max(window.ready, 1) and window.waiting_end >= window.waiting_mean
+
+
+def _queued_at_start(state: CapacityState, window: CapacityWindow) -> bool:
+    """The window began with requests waiting on every replica (the last window read ended so)."""
+    return state.forecast is not None and state.waiting_end >= max(window.ready, 1)
 
 
 def _judge_step(state: CapacityState, window: CapacityWindow) -> tuple[CapacityState, str | None]:
@@ -161,34 +170,44 @@ def _watch_trim(state: CapacityState, window: CapacityWindow, settings: Capacity
 
 def _maybe_trim(state: CapacityState, window: CapacityWindow, settings: CapacitySettings,
                 verdict: str | None) -> CapacityPlan:
+    """Trim to the most replicas any window of the streak asked for (a stabilisation window, as the HPA scales
+    down): one window asking for the current count no longer restarts the count, so a noisy rate that needs fewer
+    replicas in most windows gets its trim, and to a count every window of the streak would have carried."""
     headroom = settings.down_headroom / state.trim_bar
     fewer = max(needed(state, window, settings, headroom), settings.min_replicas, _measured_floor(state, window))
     calm = window.starting == 0 and window.waiting_end < max(window.ready, 1) and window.met
     assert state.forecast is not None
-    if fewer >= state.ordered or not calm or state.forecast.rising():
-        return CapacityPlan(state.ordered, state.model_copy(update={"down_windows": 0}), _hold_reason(state), verdict)
-    streak = state.down_windows + 1
-    if streak < settings.down_windows or state.changes_in_hour(window.end_s) >= settings.max_changes_per_hour:
-        reason = (f"{fewer} replicas would carry the forecast ({streak} of {settings.down_windows} windows)"
-                  if streak < settings.down_windows else
-                  f"{settings.max_changes_per_hour} changes this hour already: holding {state.ordered} replicas")
-        return CapacityPlan(state.ordered, state.model_copy(update={"down_windows": streak}), reason, verdict)
-    reason = (f"the rate fell: {fewer} replicas carry the upper forecast "
+    if fewer >= state.ordered or not calm:
+        return CapacityPlan(state.ordered, state.model_copy(update={"down_windows": 0, "trim_to": 0}),
+                            _hold_reason(state), verdict)
+    streak, to = state.down_windows + 1, max(state.trim_to, fewer)
+    held = state.model_copy(update={"down_windows": streak, "trim_to": to})
+    if streak < settings.down_windows or state.forecast.rising():
+        why = ("the rate is rising" if streak >= settings.down_windows
+               else f"{streak} of {settings.down_windows} windows")
+        return CapacityPlan(state.ordered, held, f"{to} replicas would carry the forecast ({why})", verdict)
+    if state.changes_in_hour(window.end_s) >= settings.max_changes_per_hour:
+        reason = f"{settings.max_changes_per_hour} changes this hour already: holding {state.ordered} replicas"
+        return CapacityPlan(state.ordered, held, reason, verdict)
+    reason = (f"the rate fell: {to} replicas carry the upper forecast "
               f"{state.forecast.upper_per_s(1):.2f} requests/s at {headroom:.0%} of their capacity "
-              f"for {settings.down_windows} windows")
-    return _order(state, window, fewer, reason, verdict)
+              f"in each of the last {streak} windows")
+    return _order(state, window, to, reason, verdict)
 
 
 def _measured_floor(state: CapacityState, window: CapacityWindow) -> int:
-    """The fewest replicas whose per-replica load stays within TRIM_STRETCH of a load measured to meet the SLO: the
-    model's prior alone never sheds a replica (with nothing measured, nothing is trimmed)."""
+    """The fewest replicas whose per-replica load stays within TRIM_STRETCH of a load measured to meet the SLO and
+    under one a failed trim measured: the model's prior alone never sheds a replica (with nothing measured, nothing
+    is trimmed), and a trim that missed is not tried again at its load."""
     assert state.estimate is not None and state.forecast is not None
     if state.forecast.upper_per_s(1) <= 0:
         return 0  # nothing arrives: nothing to carry
     if state.estimate.met_factor is None:
         return state.ordered
-    most = window.prior_per_replica * state.estimate.met_factor * TRIM_STRETCH
-    return math.ceil(state.forecast.upper_per_s(1) / max(most, 1e-9) - 1e-9)
+    most = state.estimate.met_factor * TRIM_STRETCH
+    if state.estimate.trim_ceiling is not None:
+        most = min(most, state.estimate.trim_ceiling)
+    return math.ceil(state.forecast.upper_per_s(1) / max(window.prior_per_replica * most, 1e-9) - 1e-9)
 
 
 def _order(state: CapacityState, window: CapacityWindow, replicas: int, reason: str,
@@ -197,7 +216,8 @@ def _order(state: CapacityState, window: CapacityWindow, replicas: int, reason: 
     step = ScaleStep(at_s=window.end_s, from_replicas=state.ordered, to_replicas=replicas,
                      predicted_per_replica=per_replica_capacity(state.estimate, window),
                      waiting_at_order=window.waiting_end)
-    state = state.model_copy(update={"ordered": replicas, "last_step": step, "down_windows": 0, "message": reason,
+    state = state.model_copy(update={"ordered": replicas, "last_step": step, "down_windows": 0, "trim_to": 0,
+                                     "message": reason,
                                      "changes_at_s": (*(t for t in state.changes_at_s if window.end_s - t < 3600.0),
                                                       window.end_s)})
     return CapacityPlan(replicas, state, reason, verdict)

@@ -37,6 +37,7 @@ class CapacityState(BaseModel):
     ordered: int = 0  # replicas ordered, ready or starting (0: not yet known)
     changes_at_s: tuple[float, ...] = ()  # when the changes of the last hour were ordered
     down_windows: int = 0  # consecutive windows in which fewer replicas would have sufficed
+    trim_to: int = 0  # the most replicas any window of that streak asked for: where a trim goes
     trim_bar: float = 1.0  # raised by each failed trim (settings.trim_bar_step)
     last_step: ScaleStep | None = None
     startups_s: tuple[float, ...] = ()  # measured start-ups, order to serving, newest last
@@ -47,6 +48,7 @@ class CapacityState(BaseModel):
     ready: int = 0
     starting: int = 0
     arrival_per_s: float = 0.0
+    waiting_end: float = 0.0  # requests queued at its end, all replicas together
     forecast_per_s: float = 0.0  # the upper forecast a start-up plus a window ahead
     per_replica_per_s: float = 0.0  # the estimated SLO-meeting rate of one replica
 

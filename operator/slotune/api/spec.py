@@ -193,6 +193,27 @@ def _in_range(knob: str) -> str:
     return f"{value} >= {bounds}.min && {value} <= {bounds}.max"
 
 
+# The rules on the starting knobs, apart from the rest: the tuner checks every config it proposes against them
+# (`config_refusals`), so it never proposes one `kubectl apply` or `slotune validate` would refuse. The engine's
+# kvCacheDtype rule stays with the spec: the tuner does not know the engine, and never moves that knob on builtin
+# (the knob is refused in tuning.knobs there).
+CONFIG_RULES = (
+    Rule(_in_range("maxNumSeqs"), "runtime.config.maxNumSeqs must lie within tuning.bounds.maxNumSeqs",
+         ".runtime.config.maxNumSeqs", lambda s: _bounds_hold(s, "max_num_seqs"), _range_values("maxNumSeqs")),
+    Rule(_in_range("maxNumBatchedTokens"),
+         "runtime.config.maxNumBatchedTokens must lie within tuning.bounds.maxNumBatchedTokens",
+         ".runtime.config.maxNumBatchedTokens", lambda s: _bounds_hold(s, "max_num_batched_tokens"),
+         _range_values("maxNumBatchedTokens")),
+    Rule("!has(self.model.maxModelLen) || self.runtime.config.enableChunkedPrefill"
+         " || self.runtime.config.maxNumBatchedTokens >= self.model.maxModelLen",
+         "without chunked prefill maxNumBatchedTokens must be at least model.maxModelLen (a whole prompt per "
+         "step): raise it or enable chunked prefill", ".runtime.config.maxNumBatchedTokens",
+         lambda s: s.model.max_model_len is None or s.runtime.config.enable_chunked_prefill
+         or s.runtime.config.max_num_batched_tokens >= s.model.max_model_len,
+         ("self.runtime.config.maxNumBatchedTokens", "self.model.maxModelLen")),
+)
+
+
 class TunedModelSpec(ApiModel):
     """A model to serve, the latency SLO it must meet, and how slotune may tune it to get there."""
 
@@ -223,19 +244,7 @@ class TunedModelSpec(ApiModel):
              ".tuning.bounds.speculativeMethods",
              lambda s: SpeculativeMethod.DRAFT_MODEL not in s.tuning.bounds.speculative_methods
              or s.model.draft_model is not None),
-        Rule(_in_range("maxNumSeqs"), "runtime.config.maxNumSeqs must lie within tuning.bounds.maxNumSeqs",
-             ".runtime.config.maxNumSeqs", lambda s: _bounds_hold(s, "max_num_seqs"), _range_values("maxNumSeqs")),
-        Rule(_in_range("maxNumBatchedTokens"),
-             "runtime.config.maxNumBatchedTokens must lie within tuning.bounds.maxNumBatchedTokens",
-             ".runtime.config.maxNumBatchedTokens", lambda s: _bounds_hold(s, "max_num_batched_tokens"),
-             _range_values("maxNumBatchedTokens")),
-        Rule("!has(self.model.maxModelLen) || self.runtime.config.enableChunkedPrefill"
-             " || self.runtime.config.maxNumBatchedTokens >= self.model.maxModelLen",
-             "without chunked prefill maxNumBatchedTokens must be at least model.maxModelLen (a whole prompt per "
-             "step): raise it or enable chunked prefill", ".runtime.config.maxNumBatchedTokens",
-             lambda s: s.model.max_model_len is None or s.runtime.config.enable_chunked_prefill
-             or s.runtime.config.max_num_batched_tokens >= s.model.max_model_len,
-             ("self.runtime.config.maxNumBatchedTokens", "self.model.maxModelLen")),
+        *CONFIG_RULES,
         Rule("!(self.model.source.startsWith('builtin://') || self.model.source.startsWith('pkg://'))"
              " || self.runtime.engine == 'builtin'",
              "builtin:// and pkg:// models are read by the builtin engine only: set runtime.engine builtin",
@@ -266,3 +275,12 @@ class TunedModelSpec(ApiModel):
         if Knob.REPLICAS not in self.tuning.knobs:
             return self.replicas, self.replicas
         return bounds.min_replicas, bounds.max_replicas or self.replicas
+
+
+def config_refusals(config: RuntimeConfig, tuning: TuningSpec, max_model_len: int | None) -> tuple[str, ...]:
+    """What the API would refuse `config` for as the starting knobs under `tuning` (`CONFIG_RULES`, each message with
+    the values it read): how the tuner checks the configs it proposes against the same rules as the API."""
+    # Unvalidated on purpose: only the fields the rules read are set, and the rules are what is evaluated.
+    spec = TunedModelSpec.model_construct(model=ModelSpec.model_construct(max_model_len=max_model_len),
+                                          runtime=RuntimeSpec.model_construct(config=config), tuning=tuning)
+    return tuple(rule.explain(spec) for rule in CONFIG_RULES if rule.holds is not None and not rule.holds(spec))

@@ -274,18 +274,8 @@ async def tune(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **
         while not stopped:
             delay = settings.tick_s
             try:
-                # The daemon's body follows the live object. Parsed (on the event loop) only for a new generation:
-                # a thousand TunedModels' ticks parsed every spec again ~50 times a second.
-                if run is None or run.generation != (body.get("metadata") or {}).get("generation"):
-                    tm = parse(body)
-                    # The status as kopf's watch holds it: the run's first reads cost no GET.
-                    status = _plain(body.get("status") or {})
-                    run = await unless_stopped(stopped, blocking(memo, TuningRun, memo.api, tm, settings,
-                                                                 memo.windows, time.time, status))
-                if (pending := run.pending_read()) is not None:  # the tick's readings: awaited here, not on a worker
-                    await unless_stopped(stopped, _answered(pending, READ_WAIT_S))
-                    scheduled = time.monotonic()  # due once its readings are in: the lag is the wait for a worker
-                delay = await unless_stopped(stopped, blocking(memo, _tick, run, scheduled))
+                run = await _current_run(body, memo, stopped, run)
+                delay = await _step(memo, stopped, run, scheduled)
                 failures = 0
             except Stopped:
                 break
@@ -305,6 +295,27 @@ async def tune(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **
         telemetry.DAEMONS.dec()
         if stopped and (handled := getattr(memo, "handled", None)) is not None:
             handled.forget(body.metadata.uid)
+
+
+async def _current_run(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped,
+                       run: TuningRun | None) -> TuningRun:
+    """The run for the live object's generation. The daemon's body follows the live object; it is parsed (on the
+    event loop) only for a new generation: a thousand TunedModels' ticks parsed every spec again ~50 times a
+    second."""
+    if run is not None and run.generation == (body.get("metadata") or {}).get("generation"):
+        return run
+    tm = parse(body)
+    status = _plain(body.get("status") or {})  # as kopf's watch holds it: the run's first reads cost no GET
+    return await unless_stopped(stopped, blocking(memo, TuningRun, memo.api, tm, memo.settings, memo.windows,
+                                                  time.time, status))
+
+
+async def _step(memo: kopf.Memo, stopped: kopf.DaemonStopped, run: TuningRun, scheduled: float | None) -> float:
+    """One tick of `run`, its readings awaited here rather than on a worker; the delay to the next tick."""
+    if (pending := run.pending_read()) is not None:
+        await unless_stopped(stopped, _answered(pending, READ_WAIT_S))
+        scheduled = time.monotonic()  # due once its readings are in: the lag is the wait for a worker
+    return await unless_stopped(stopped, blocking(memo, _tick, run, scheduled))
 
 
 def _tick(run: TuningRun, scheduled: float | None) -> float:

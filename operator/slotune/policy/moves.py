@@ -42,12 +42,28 @@ def enable_prefix_cache(given: PolicyInput) -> Remedy | None:
 
 
 def chunked_prefill(given: PolicyInput, why: str, target: LatencyMetric | None = None) -> Remedy | None:
-    c, bounds = given.config, given.tuning.bounds
+    """Chunked prefill on, at the first budget of `chunk_budgets` not tried yet. Each remedy that turns it on does so
+    to shorten the steps decodes wait behind, and a 2048-token chunk may still be too long a step: rolled back
+    there, the knob used to be given up, and the loop went on with budgets chunked prefill off cannot have, where
+    256-512 tokens met the SLO (issue 30)."""
+    c = given.config
     if c.enable_chunked_prefill:
         return None
-    budget = max(min(c.max_num_batched_tokens, 2048), bounds.max_num_batched_tokens.min)
-    return Remedy(c.with_changes(enable_chunked_prefill=True, max_num_batched_tokens=budget),
-                  Knob.ENABLE_CHUNKED_PREFILL, why, target)
+    budgets = chunk_budgets(given)
+    configs = [c.with_changes(enable_chunked_prefill=True, max_num_batched_tokens=b) for b in budgets]
+    at = next((i for i, config in enumerate(configs) if config.key() not in given.excluded_keys), 0)
+    tried = f"; {budgets[at - 1]}-token chunks were tried" if at else ""
+    return Remedy(configs[at], Knob.ENABLE_CHUNKED_PREFILL, f"{why}{tried}" if why else why, target)
+
+
+def chunk_budgets(given: PolicyInput) -> list[int]:
+    """The budgets chunked prefill is tried at, in order: 2048 tokens (the current budget where smaller), then
+    halves down to 256 (within the bounds), shorter steps for the decodes each time."""
+    current, bounds = given.config.max_num_batched_tokens, given.tuning.bounds.max_num_batched_tokens
+    budgets = [max(min(current, 2048), bounds.min)]
+    while budgets[-1] // 2 >= max(bounds.min, 256):
+        budgets.append(budgets[-1] // 2)
+    return budgets
 
 
 def replicas_remedy(given: PolicyInput, why: str) -> Remedy | None:

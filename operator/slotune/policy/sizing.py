@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from slotune.api.spec import config_refusals
 from slotune.api.tuning import Knob
 from slotune.knobs import RuntimeConfig, SpeculativeConfig
 from slotune.perfmodel import capacity
@@ -66,9 +67,13 @@ def batch_failed(given: PolicyInput) -> bool:
 
 
 def admissible(config: RuntimeConfig, knob: Knob, given: PolicyInput, revisit: bool = False) -> bool:
-    """`revisit`: a config tried before may be returned to (never one that failed to start: the deployment's
-    startup check still applies)."""
+    """Whether a config may be proposed: its knob allowed, a config the API accepts (`api.spec.config_refusals`,
+    max_model_len as the deployment has it), not futile, never tried, not rolled back too often, and one that starts.
+    `revisit`: a config tried before may be returned to (never one that failed to start: the deployment's startup
+    check still applies)."""
     if knob not in given.tuning.knobs or config == given.config:
+        return False
+    if config_refusals(config, given.tuning, given.deployment.max_model_len):
         return False
     if given.futile_moves and move_direction(given.config, config, knob) in given.futile_moves:
         return False

@@ -45,7 +45,7 @@ def chunked_prefill(given: PolicyInput, why: str, target: LatencyMetric | None =
     """Chunked prefill on, at the first budget of `chunk_budgets` not tried yet. Each remedy that turns it on does so
     to shorten the steps decodes wait behind, and a 2048-token chunk may still be too long a step: rolled back
     there, the knob used to be given up, and the loop went on with budgets chunked prefill off cannot have, where
-    256-512 tokens met the SLO (issue 30)."""
+    256-512 tokens met the SLO."""
     c = given.config
     if c.enable_chunked_prefill:
         return None

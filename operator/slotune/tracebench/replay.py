@@ -45,6 +45,7 @@ class Replayed:
     finished: list[SimulatedRequest] = field(default_factory=list)
     changes_s: list[float] = field(default_factory=list)  # when it changed what runs
     final_config: str = ""
+    capacity_note: str = ""  # slotune's last capacity reading (its per-replica estimate and what it rests on)
 
 
 def two_days(requests: Sequence[PlannedRequest], pass_s: float) -> tuple[PlannedRequest, ...]:

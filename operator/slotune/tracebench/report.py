@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from slotune.tracebench import goal
+from slotune.tracebench import goal, why
 from slotune.tracebench.plot import plot_trace
 from slotune.tracebench.run import CaseResult, StrategyFigures, best_variants
 
@@ -84,6 +84,8 @@ def to_markdown(results: list[CaseResult], machine: str, elapsed_s: float) -> st
                          f"{f.second.gpu_hours:.2f} | {f.second.changes_per_hour:.1f} | {f.second.worst_window:.1%} |")
         checked = goal.check(result.figures)  # in the markdown only: traces.json keeps the schema
         lines += ["", checked.describe()] if checked is not None else []
+        reason = why.shortfall(result, checked) if checked is not None else ""
+        lines += [reason] if reason else []
         lines.append("")
     return "\n".join(lines)
 

@@ -136,8 +136,10 @@ def _slotune(case: TraceCase, setup: _Setup) -> Replayed:
     replicas = _replicas_for(setup.first_rate_per_s, setup.capacity["default"], case.max_replicas)
     start = setup.engines["default"].with_changes(replicas=replicas)
     driver = SlotuneDriver(setup.deployment, case.load.slo, start, case.window_s, case.max_replicas)
-    return replay("slotune", "tuned", "", setup.deployment, start, setup.requests, setup.planned.duration_s,
-                  case.startup_s, case.window_s, case.max_replicas, driver.decide, record_itl=True)
+    replayed = replay("slotune", "tuned", "", setup.deployment, start, setup.requests, setup.planned.duration_s,
+                      case.startup_s, case.window_s, case.max_replicas, driver.decide, record_itl=True)
+    replayed.capacity_note = driver.capacity_note()
+    return replayed
 
 
 def _replicas_for(rate_per_s: float, capacity_per_s: float, max_replicas: int) -> int:

@@ -45,3 +45,11 @@ class SlotuneDriver:
                 break
         self.phases.append(state.phase.value if state is not None else "")
         return simulation.config
+
+    def capacity_note(self) -> str:
+        """What capacity control last estimated one replica of the running config serves, and from what."""
+        state = self.tuner.store.load() if self.tuner is not None else None
+        capacity = state.capacity if state is not None else None
+        if capacity is None or capacity.estimate is None:
+            return ""
+        return f"{capacity.per_replica_per_s:.2f} req/s per replica, {capacity.estimate.describe()}"

@@ -160,11 +160,11 @@ FAMILIES |= {
         {"ttft": {"p99": 2000}, "tpot": {"p99": 100}}, {"bounds": {"maxReplicas": 4}}, POOR_START),
     "rise-fall-chat-l4": (
         "the load doubles, then falls back, on L4s: more replicas for the rise, fewer again after it",
-        "nvidia-l4", {"profile": "chat", "requestRatePerS": 2.5}, 0.45,
+        "nvidia-l4", {"profile": "chat", "requestRatePerS": 1.2}, 0.45,
         {"ttft": {"p99": 3000}, "tpot": {"p99": 100}}, {"bounds": {"maxReplicas": 4}}, POOR_START),
     "rise-fall-prefix-heavy-a100": (
         "shared-prefix traffic that rises 2.3x, then falls back: replicas up for the rise, back down after it",
-        "nvidia-a100-40gb", {"profile": "prefix-heavy", "requestRatePerS": 12.0}, 0.45,
+        "nvidia-a100-40gb", {"profile": "prefix-heavy", "requestRatePerS": 6.0}, 0.45,
         {"ttft": {"p99": 2000}, "tpot": {"p99": 100}}, {"bounds": {"maxReplicas": 4}}, POOR_START),
 }
 
@@ -180,8 +180,8 @@ SHIFTS: dict[str, dict[str, object]] = {
                       "specAcceptanceRate": 0.2},
     "shift-down-l4": {"afterWindows": 6, "workload": {"profile": "chat", "requestRatePerS": 3.0}},
     "rise-fall-chat-h100": rise_and_fall({"profile": "chat", "requestRatePerS": 25.0}, 55.0),
-    "rise-fall-chat-l4": rise_and_fall({"profile": "chat", "requestRatePerS": 2.5}, 5.5),
-    "rise-fall-prefix-heavy-a100": rise_and_fall({"profile": "prefix-heavy", "requestRatePerS": 12.0}, 28.0),
+    "rise-fall-chat-l4": rise_and_fall({"profile": "chat", "requestRatePerS": 1.2}, 2.6),
+    "rise-fall-prefix-heavy-a100": rise_and_fall({"profile": "prefix-heavy", "requestRatePerS": 6.0}, 14.0),
 }
 # Grid scenarios replayed on a noisy machine (name: workload, accelerator, tier): each measured window runs at a speed
 # drawn from 1 +- NOISE, so a tuner that judges one window as the truth keeps replicas it never needed and rolls back

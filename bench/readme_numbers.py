@@ -159,6 +159,23 @@ def tuner_rows(tuner: Result) -> list[str]:
     ]
 
 
+def tuner_honesty_rows(tuner: Result) -> list[str]:
+    """slotune's decisions judged noise-free (tunerbench.honesty_report), over every scenario; none in older files."""
+    total = next((f for f in tuner.get("honesty", []) if f["family"] == "all"), None)
+    if total is None:
+        return []
+    above, unneeded = total["above_oracle"], total["unneeded_output_changes"]
+    return [_row(
+        "tuner, slotune's decisions judged noise-free (noisy machines vary only what it measures): false keeps, "
+        "false rollbacks, scenarios resting on more GPUs than the oracle, output-altering changes the SLO did not "
+        "need, windows missed because of a trim",
+        f"**{total['false_keeps']} of {total['keeps']}** keeps; **{total['false_rollbacks']} of "
+        f"{total['changes_judged']}** changes; **{len(above)}** of {total['scenarios']}"
+        + (f" ({', '.join(above)})" if above else "") + f"; **{len(unneeded)}**"
+        + (f" ({', '.join(unneeded)})" if unneeded else "")
+        + f"; **{total['windows_missed_after_trim']}** of {total['windows_measured']} windows", "tuner.md")]
+
+
 def operator_scale_rows(scale: Result) -> list[str]:
     """One row per N: the operator's own costs at that many TunedModels."""
     rows = []
@@ -295,7 +312,7 @@ def benchmarks_block(results: Path) -> str:
     tuner, validation = load(results, "tuner"), load(results, "simulator_validation")
     scale = load(results, "operator_scale")
     rows = [*engine_rows(engine), server_row(server), *speculative_rows(spec), *quant_rows(quant), *tuner_rows(tuner),
-            simulator_row(validation), *operator_scale_rows(scale)]
+            *tuner_honesty_rows(tuner), simulator_row(validation), *operator_scale_rows(scale)]
     where = machines([engine, server, spec, quant, tuner, validation, scale])
     return _block([f"Measured on the {where} development machine while other work shared it: read the ratios, "
                    "each measured side by side in one run.", "", "| what | result | file |", "|---|---|---|", *rows])

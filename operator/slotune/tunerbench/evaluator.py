@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import math
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slotune.knobs import RuntimeConfig
+from slotune.perfmodel.roofline import Efficiency
 from slotune.policy.worst_miss import badness
 from slotune.simulator.cluster import SimulationResult, simulate
 from slotune.simulator.replica import SimulatedRequest
@@ -55,12 +56,14 @@ class Evaluation:
 
 
 class Evaluator:
-    """Scores configurations on the scenario's final traffic (after any shift); `before` serves the windows measured
-    before a shift."""
+    """Scores configurations on the scenario's final traffic (after any shift); `phases` serve the windows measured
+    on each workload the run goes through (the last is this evaluator)."""
 
     def __init__(self, scenario: Scenario) -> None:
-        self.before = Evaluator(scenario.initial) if scenario.shift is not None else None
-        self.after_windows = scenario.shift.after_windows if scenario.shift is not None else 0
+        phases = scenario.phases
+        self.phases: tuple[tuple[int, Evaluator], ...] = (
+            *((start, Evaluator(s)) for start, s in phases[:-1]), (phases[-1][0], self))
+        self.after_windows = phases[-1][0]  # measured windows before the final workload (0: it never shifts)
         scenario = scenario.final
         self.scenario = scenario
         self.deployment = scenario.deployment  # what the tuner is told
@@ -69,7 +72,7 @@ class Evaluator:
         span_s = max(first[-1].arrival_s - first[0].arrival_s, 1e-9) if first else 1.0
         self.offered_rate_per_s = scenario.workload.request_rate_per_s or len(first) / span_s
         self._cache: dict[str, Evaluation] = {}
-        self._windows: dict[tuple[str, int], SimulationResult] = {}
+        self._windows: dict[tuple[str, int, float], SimulationResult] = {}
 
     @property
     def num_evaluated(self) -> int:
@@ -103,18 +106,32 @@ class Evaluator:
         prompt 7x the median in every scenario), so their verdicts were not independent samples."""
         return FRESH_SEED_OFFSET + (zlib.crc32(self.scenario.name.encode()) % 100_000) * FRESH_SEEDS + i
 
-    def window(self, config: RuntimeConfig, index: int) -> MetricsSnapshot | None:
-        """The index-th window of traffic a running config serves (seed + index); None if it cannot start."""
+    @property
+    def shifts(self) -> bool:
+        return len(self.phases) > 1
+
+    def traffic(self, window: int) -> tuple[int, Evaluator]:
+        """The phase (its position, its evaluator) serving the window-th measured window (counted from 1)."""
+        i = max(i for i, (start, _) in enumerate(self.phases) if window > start or i == 0)
+        return i, self.phases[i][1]
+
+    def window(self, config: RuntimeConfig, index: int, speed: float = 1.0) -> MetricsSnapshot | None:
+        """The index-th window of traffic a running config serves (seed + index) on a machine running at `speed`
+        times its usual pace; None if it cannot start."""
         if self.simulated.startup_error(config) is not None:
             return None
-        return self._simulate(config, index).snapshot
+        return self._simulate(config, index, speed).snapshot
 
-    def _simulate(self, config: RuntimeConfig, index: int) -> SimulationResult:
-        key = (config.key(), index)
+    def _simulate(self, config: RuntimeConfig, index: int, speed: float = 1.0) -> SimulationResult:
+        key = (config.key(), index, speed)
         if key not in self._windows:
             requests = plan_requests(self.scenario.workload, num_requests=self.scenario.requests_per_window,
                                      seed=self.scenario.seed + index)
-            self._windows[key] = simulate(self.simulated, config, requests, self.scenario.spec_acceptance_rate)
+            deployment = self.simulated
+            if speed != 1.0:
+                efficiency = deployment.efficiency or Efficiency.prior(deployment.accelerator)
+                deployment = replace(deployment, efficiency=efficiency.slower(1.0 / speed))
+            self._windows[key] = simulate(deployment, config, requests, self.scenario.spec_acceptance_rate)
         return self._windows[key]
 
     def _run(self, config: RuntimeConfig) -> Evaluation:

@@ -2,7 +2,8 @@
 
 Per strategy, over feasible scenarios: applied configurations until the SLO first held (median, p90; a run that
 never got there counts as budget + 1), final goodput / oracle goodput, regressions applied; over infeasible
-scenarios: how many it recognised (declared Infeasible), and how many feasible ones it wrongly declared infeasible.
+scenarios: how many it recognised (declared Infeasible), and how many feasible ones it wrongly declared infeasible;
+for slotune, its decisions judged noise-free per scenario family (tunerbench.honesty_report).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from slotune.tunerbench.evaluator import FRESH_SEED_OFFSET, FRESH_SEEDS, LATER_WINDOWS, SCORED_WINDOWS
+from slotune.tunerbench.honesty_report import honesty_lines, scenario_honesty_lines, summarise_honesty
 from slotune.tunerbench.run import ScenarioResult, StrategyResult, random_search_expected
 
 STRATEGY_ORDER = ("slotune", "grid", "random", "tpe")
@@ -94,6 +96,7 @@ def write_results(results: list[ScenarioResult], out: Path, budget: int, seeds: 
             "elapsed_s": round(elapsed_s, 1), "load_average_1m_end": round(os.getloadavg()[0], 1),
             "summary": [asdict(s) for s in summaries],
             "random_expected": None if math.isnan(median) else {"median": median, "p90": p90, "mean": round(mean, 2)},
+            "honesty": [asdict(f) for f in summarise_honesty(results)],
             "scenarios": [asdict(r) for r in results]}
     (out / "tuner.json").write_text(json.dumps(body, indent=1))
     markdown = render_markdown(results, summaries, budget, seeds, elapsed_s)
@@ -134,7 +137,7 @@ def render_markdown(results: list[ScenarioResult], summaries: list[Summary], bud
               "slotune's later measurements of a running configuration are fresh windows (bench/scenarios/README.md).",
               "", *_fairness_lines(results, summaries, budget), "", *_lower_bound_lines(results), "",
               *_fresh_lines(results), "", *_evidence_lines(summaries), "",
-              *_scenario_lines(results)]
+              *_scenario_lines(results), "", *honesty_lines(results), "", *scenario_honesty_lines(results)]
     return "\n".join(lines) + "\n"
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from slotune.knobs import RuntimeConfig
 from slotune.tunerbench.evaluator import Evaluation, Evaluator
+from slotune.tunerbench.honesty import Honesty, judge
 from slotune.tunerbench.scenario import Scenario
 from slotune.tunerbench.space import all_configs
 from slotune.tunerbench.strategies import STRATEGIES, Trace
@@ -29,6 +30,7 @@ class StrategyResult:
     changes_to_infeasible: int | None = None  # configs applied before it first said Infeasible (slotune only)
     evidence: str | None = None  # the model's first verdict that nothing allowed can meet the SLO (slotune only)
     changes_at_evidence: int | None = None  # configs applied by the window that carried it
+    honesty: Honesty | None = None  # its decisions judged noise-free (slotune only: tunerbench.honesty)
 
     @property
     def changes_after_evidence(self) -> int | None:
@@ -58,6 +60,7 @@ class ScenarioResult:
     fewest_fields_to_slo: int | None = None
     space_size: int = 0  # configurations in the search space (space.all_configs)
     space_met: int = 0  # of them, how many meet the SLO on the scored windows: what a uniform sample hits
+    oracle_gpus: int = 0  # the oracle config's replicas x GPUs per replica
 
 
 NEAR_ORACLE = 0.95
@@ -83,7 +86,8 @@ def run_scenario(scenario: Scenario, budget: int, strategies: tuple[str, ...] = 
     fewest = min((len(scenario.start.changed_knobs(c)) for c in candidates if evaluator.evaluate(c).met), default=None)
     return ScenarioResult(scenario.name, feasible, oracle.goodput_per_replica, oracle.config.describe(), start.met,
                           evaluator.num_evaluated, results, fewest, len(space),
-                          sum(evaluator.evaluate(c).met for c in space))
+                          sum(evaluator.evaluate(c).met for c in space),
+                          oracle.config.replicas * scenario.tensor_parallel)
 
 
 def random_search_expected(size: int, met: int, budget: int) -> list[float]:
@@ -113,6 +117,7 @@ def _score(trace: Trace, evaluator: Evaluator, oracle: Evaluation, feasible: boo
         best = max(best, evaluation.goodput_per_replica)
         curve.append(best / oracle.goodput_per_replica if feasible and oracle.goodput_per_replica > 0 else 0.0)
     fresh = evaluator.meets_fresh(final) if final is not None and feasible and trace.strategy == "slotune" else None
+    honesty = judge(trace, evaluator, evaluator.scenario.tensor_parallel) if trace.strategy == "slotune" else None
     return StrategyResult(trace.strategy, to_slo, ratio, trace.regressions, trace.declared_infeasible, tuple(curve),
                           final.describe() if final is not None else "-", fresh, trace.changes_to_infeasible,
-                          trace.evidence, trace.changes_at_evidence)
+                          trace.evidence, trace.changes_at_evidence, honesty)

@@ -6,6 +6,7 @@ TunedModel API's types (`WorkloadSpec`, `SLOSpec`, `RuntimeConfig`, `TuningSpec`
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 from pathlib import Path
 
@@ -55,6 +56,8 @@ class WorkloadChange(BaseModel):
     workload: WorkloadSpec
     spec_acceptance_rate: float | None = Field(default=None, ge=0, lt=1, description="Acceptance after the shift "
                                                "(default: unchanged).")
+    then: WorkloadChange | None = Field(default=None, description="The traffic changing again after `afterWindows` "
+                                        "windows of this workload (a load that rises, then falls).")
 
 
 class Scenario(BaseModel):
@@ -76,16 +79,34 @@ class Scenario(BaseModel):
     seed: int = Field(default=0, description="Seed of the replayed workload window.")
     note: str = Field(default="", description="What the scenario exercises.")
     shift: WorkloadChange | None = Field(default=None, description="The workload changing mid-run (default: never).")
+    speed_noise: float = Field(default=0.0, ge=0, lt=0.5, description="Each window slotune measures runs the machine "
+                               "at a speed drawn uniformly from 1 +- speedNoise (a noisy neighbour, clocks, thermals); "
+                               "scoring and the oracle stay noise-free.")
 
     @property
     def final(self) -> Scenario:
-        """The scenario as it ends: the shifted workload where it shifts (what every strategy is scored on)."""
-        if self.shift is None:
-            return self
-        acceptance = self.shift.spec_acceptance_rate
-        return self.model_copy(update={"workload": self.shift.workload, "shift": None,
-                                       "spec_acceptance_rate": self.spec_acceptance_rate if acceptance is None
-                                       else acceptance})
+        """The scenario as it ends: the last shifted workload where it shifts (what every strategy is scored on)."""
+        return self.phases[-1][1]
+
+    @property
+    def phases(self) -> tuple[tuple[int, Scenario], ...]:
+        """Each workload the run serves, with the measured windows before it starts (0 for the first), no shifts."""
+        phases, start, scenario, change = [(0, self.initial)], 0, self.initial, self.shift
+        while change is not None:
+            start += change.after_windows
+            acceptance = change.spec_acceptance_rate
+            scenario = scenario.model_copy(update={"workload": change.workload, "spec_acceptance_rate":
+                                                   scenario.spec_acceptance_rate if acceptance is None else acceptance})
+            phases.append((start, scenario))
+            change = change.then
+        return tuple(phases)
+
+    def speed(self, window: int) -> float:
+        """The machine's speed in the window-th window measured (1 without `speed_noise`): a uniform draw seeded by
+        the scenario and the window, so every run of the scenario sees the same machine."""
+        if self.speed_noise == 0:
+            return 1.0
+        return 1.0 + random.Random(f"{self.name}/speed/{window}").uniform(-self.speed_noise, self.speed_noise)
 
     @property
     def initial(self) -> Scenario:

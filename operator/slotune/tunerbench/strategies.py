@@ -1,7 +1,9 @@
 """The tuning strategies compared, each given the same budget of applied configurations.
 
 - slotune: `slotune.loop.Tuner` against the simulated deployment (diagnose, change one knob, verify); the first
-  window of each applied config is the scored replay, later windows of it are fresh traffic.
+  window of each applied config is the scored replay, later windows of it are fresh traffic, each on the machine's
+  speed in that window (`Scenario.speed`: 1 unless the scenario is noisy). Its decisions and windows are recorded
+  for the noise-free judgement after the run (tunerbench.honesty).
 - grid: a coarse sweep of the whole space, as vLLM's auto_tune sweeps max_num_seqs x max_num_batched_tokens: `budget`
   points evenly spaced through the space's product order.
 - random: uniform samples of the space without replacement.
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import optuna
 
-from slotune.api.status import Phase
+from slotune.api.status import Phase, Verdict
 from slotune.knobs import RuntimeConfig
 from slotune.loop import ApplyResult, MemoryStateStore, Tuner, TuningProblem, TuningState
 from slotune.metrics.window import MetricsUnavailable, UnavailableReason
@@ -28,6 +30,31 @@ from slotune.policy.diagnosis import diagnose
 from slotune.snapshot import MetricsSnapshot
 from slotune.tunerbench.evaluator import Evaluation, Evaluator
 from slotune.tunerbench.space import all_configs, config_of, dimensions
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A change the loop judged (slotune): kept or rolled back, from which config, after how many measured windows."""
+
+    previous: RuntimeConfig
+    config: RuntimeConfig
+    kept: bool
+    trim: bool  # a cost-saving change made while the SLO held
+    window: int  # windows measured when it was judged (which traffic judged it: Evaluator.traffic)
+
+
+@dataclass(frozen=True)
+class MeasuredWindow:
+    """One window slotune measured: which traffic (phase, index), the machine's speed, what ran and whether it met;
+    `trimmed_from` is the config before the trim that led to what ran, while that trim's config serves."""
+
+    number: int
+    phase: int
+    index: int
+    speed: float
+    config: RuntimeConfig
+    met: bool
+    trimmed_from: RuntimeConfig | None = None
 
 
 @dataclass
@@ -42,6 +69,8 @@ class Trace:
     # (policy.infeasible_evidence), and the configs applied by then (slotune).
     evidence: str | None = None
     changes_at_evidence: int | None = None
+    decisions: list[Decision] = field(default_factory=list)  # slotune's kept and rolled-back changes
+    windows: list[MeasuredWindow] = field(default_factory=list)  # slotune's measured windows
 
     def note(self, state: TuningState) -> None:
         if state.phase is Phase.INFEASIBLE and self.changes_to_infeasible is None:
@@ -62,6 +91,7 @@ class _EvaluatedDeployment:
     last: tuple[MetricsSnapshot, RuntimeConfig] | None = None  # the latest window and the config it measured
     latest: dict[str, MetricsSnapshot] = field(default_factory=dict)  # per config key, its latest window
     start_key: str | None = None
+    trim: tuple[RuntimeConfig, RuntimeConfig] | None = None  # a trim's config and the one before it, while it serves
 
     def apply(self, config: RuntimeConfig) -> ApplyResult:
         if config == self.running:
@@ -86,16 +116,19 @@ class _EvaluatedDeployment:
         if self.running is None:
             raise MetricsUnavailable(UnavailableReason.UNREACHABLE, "nothing is running")
         self.num_windows += 1
-        shifted = self.evaluator.before is None or self.num_windows > self.evaluator.after_windows
-        source = self.evaluator if shifted else self.evaluator.before
-        assert source is not None
-        key = ("after " if shifted else "before ") + self.running.key()
-        index = self.windows_measured.get(key, 0)
-        snapshot = source.window(self.running, index)
+        phase, source = self.evaluator.traffic(self.num_windows)
+        key = f"{phase} {self.running.key()}"
+        index, speed = self.windows_measured.get(key, 0), self.evaluator.scenario.speed(self.num_windows)
+        snapshot = source.window(self.running, index, speed)
         self.windows_measured[key] = index + 1
         assert snapshot is not None
         self.last = (snapshot, self.running)
         self.latest[self.running.key()] = snapshot
+        if self.trim is not None and self.trim[0] != self.running:
+            self.trim = None  # another config serves: later windows are not the trim's
+        self.trace.windows.append(MeasuredWindow(self.num_windows, phase, index, speed, self.running,
+                                                 source.scenario.slo.is_met(snapshot),
+                                                 self.trim[1] if self.trim is not None else None))
         return snapshot
 
 
@@ -107,7 +140,7 @@ def run_slotune(evaluator: Evaluator, budget: int) -> Trace:
     scenario = evaluator.scenario
     trace = Trace("slotune")
     tuning = scenario.tuning.model_copy(update={"max_iterations": budget, "cooldown_s": 0.0, "min_samples": 10})
-    declared = (evaluator.before or evaluator).scenario.workload  # the spec's workload: before any shift
+    declared = evaluator.phases[0][1].scenario.workload  # the spec's workload: before any shift
     problem = TuningProblem(scenario.slo, tuning, evaluator.deployment, scenario.start, declared)
     backend = _EvaluatedDeployment(evaluator, trace)
     tuner = Tuner(problem, backend, backend, MemoryStateStore())
@@ -126,19 +159,36 @@ def run_slotune(evaluator: Evaluator, budget: int) -> Trace:
                 _look_for_evidence(tuner, state.evolve(phase=before.phase), backend.latest[restored.key()],
                                    restored, trace, applied)
         trace.note(state)
+        _note_decisions(before, state, trace, backend)
         return state
 
     for _ in range(3 * budget + 4):
         state = step()
         if state.at_rest:
             break
-    for _ in range(60 if evaluator.before is not None else 0):  # traffic that shifts: serve until it was seen
+    for _ in range(60 * (len(evaluator.phases) - 1)):  # traffic that shifts: serve until the last shift was seen
         if backend.num_windows > evaluator.after_windows + 4 and state.at_rest:
             break
         state = step()  # a loop at rest may not measure: bounded by steps, not windows
     trace.final = state.learned.best if state.phase is Phase.INFEASIBLE and state.learned.best else state.current
     trace.declared_infeasible = state.phase is Phase.INFEASIBLE
     return trace
+
+
+def _note_decisions(before: TuningState, state: TuningState, trace: Trace, backend: _EvaluatedDeployment) -> None:
+    """The changes this step kept or rolled back (judged later, noise-free: tunerbench.honesty), and a trim just
+    applied, so that the windows it serves are known as the trim's."""
+    pending = before.pending
+    seen = {(h.iteration, h.time) for h in before.history}
+    for entry in state.history:
+        if (entry.iteration, entry.time) in seen or entry.verdict not in (Verdict.KEPT, Verdict.ROLLED_BACK):
+            continue
+        if pending is not None and pending.config.key() == entry.config.key():
+            trace.decisions.append(Decision(pending.previous, entry.config, entry.verdict is Verdict.KEPT,
+                                            entry.trim, backend.num_windows))
+    now = state.pending
+    if now is not None and now.applied and now.proposal.trim and backend.running == now.config:
+        backend.trim = (now.config, now.previous)
 
 
 def _look_for_evidence(tuner: Tuner, state: TuningState, snapshot: MetricsSnapshot, running: RuntimeConfig,

@@ -120,10 +120,39 @@ def test_a_shifting_scenario_is_scored_on_its_shifted_traffic_and_measured_on_bo
                                                              "workload": {"profile": "chat", "requestRatePerS": 60}}})
     evaluator = Evaluator(shifting)
     assert evaluator.scenario.workload.request_rate_per_s == 60 and evaluator.scenario.spec_acceptance_rate == 0.2
-    assert evaluator.before is not None and evaluator.before.scenario.workload.request_rate_per_s == 30
+    (start, before), (after_windows, final) = evaluator.phases
+    assert (start, after_windows) == (0, 2) and final is evaluator
+    assert before.scenario.workload.request_rate_per_s == 30
     trace = run_slotune(evaluator, budget=6)
     assert trace.final is not None
     assert 0 <= evaluator.meets_fresh(trace.final) <= 3
+    assert [w.phase for w in trace.windows[:3]] == [0, 0, 1]  # two windows of the first traffic, then the shifted
+
+
+def test_a_load_that_rises_then_falls_is_served_in_three_phases_and_scored_on_the_last():
+    rise_fall = Scenario.model_validate(FEASIBLE | {"shift": {
+        "afterWindows": 2, "workload": {"profile": "chat", "requestRatePerS": 60},
+        "then": {"afterWindows": 3, "workload": {"profile": "chat", "requestRatePerS": 30}}}})
+    evaluator = Evaluator(rise_fall)
+    assert [start for start, _ in evaluator.phases] == [0, 2, 5]
+    assert [p.scenario.workload.request_rate_per_s for _, p in evaluator.phases] == [30, 60, 30]
+    assert evaluator.traffic(2)[0] == 0 and evaluator.traffic(3)[0] == 1 and evaluator.traffic(6)[0] == 2
+    trace = run_slotune(evaluator, budget=6)
+    assert max(w.number for w in trace.windows) > 5 + 4  # served until the fall was seen
+
+
+def test_a_noisy_machine_varies_only_what_slotune_measures():
+    noisy = Scenario.model_validate(FEASIBLE | {"speedNoise": 0.15})
+    speeds = [noisy.speed(i) for i in range(1, 41)]
+    assert all(0.85 <= s <= 1.15 for s in speeds) and max(speeds) - min(speeds) > 0.2
+    assert speeds == [noisy.speed(i) for i in range(1, 41)]  # the same machine on every run
+    assert Scenario.model_validate(FEASIBLE).speed(3) == 1.0
+    evaluator, config = Evaluator(noisy), noisy.start.with_changes(max_num_seqs=64)
+    slow, usual = evaluator.window(config, 0, speed=0.85), evaluator.window(config, 0)
+    assert slow is not None and usual is not None and slow != usual
+    assert evaluator.evaluate(config).snapshot == usual  # scoring is noise-free
+    trace = run_slotune(evaluator, budget=6)
+    assert [w.speed for w in trace.windows] == [noisy.speed(w.number) for w in trace.windows]
 
 
 def test_stochastic_baselines_draw_independently_in_every_scenario():

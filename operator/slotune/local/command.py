@@ -194,18 +194,24 @@ def run(args: argparse.Namespace) -> int:
     state = local.store.load() or state
     if state is None:
         return 130 if interrupted else 1
-    files = report.write(state.to_status())
-    console.print(_summary(state), f"report: {files.markdown}  {files.plot}  {files.json}", sep="\n")
-    if segment is not None:
-        with files.markdown.open("a") as markdown:
-            markdown.write("\n" + segment.markdown())
-        console.print(segment.markdown(), f"trace replay: {segment.write(out)}", sep="\n")
+    _report(console, report, state, segment, out)
     # The process ends next: the interpreter's final garbage collection of this heap (pydantic, numpy, matplotlib)
     # costs ~0.6 s of CPU that the OS would free anyway; frozen objects are skipped (measured 0.6 s -> 0.07 s).
     gc.freeze()
     if interrupted:
         return 130
     return 0 if state.phase in (Phase.CONVERGED, Phase.INFEASIBLE) or model.spec.tuning.mode is TuningMode.OFF else 1
+
+
+def _report(console: Console, report: ReportWriter, state: TuningState, segment: TraceSegment | None,
+            out: Path) -> None:
+    """The run's report files, and the trace replay's attainment and replica-seconds when it replayed one."""
+    files = report.write(state.to_status())
+    console.print(_summary(state), f"report: {files.markdown}  {files.plot}  {files.json}", sep="\n")
+    if segment is not None:
+        with files.markdown.open("a") as markdown:
+            markdown.write("\n" + segment.markdown())
+        console.print(segment.markdown(), f"trace replay: {segment.write(out)}", sep="\n")
 
 
 def trace_segment(args: argparse.Namespace, model: TunedModel) -> TraceSegment | None:

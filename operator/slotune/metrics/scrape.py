@@ -59,6 +59,17 @@ def _gauge_mean(scrapes: Sequence[Exposition], name: str | None, selector: Mappi
     return sum(values) / len(values)
 
 
+def _histogram_increase(pairs: Sequence[tuple[Exposition, Exposition]], name: str,
+                        selector: Mapping[str, str]) -> HistogramReading | None:
+    """A histogram's increase over the window, all replicas added (a replica absent at the start counts whole)."""
+    deltas = []
+    for before, after in pairs:
+        end, start = after.histogram(name, selector), before.histogram(name, selector)
+        if end is not None:
+            deltas.append(end if start is None else end.minus(start))
+    return add_histograms(deltas)
+
+
 def readings_from_scrapes(
     before: Sequence[Exposition], after: Sequence[Exposition], window_s: float, names: MetricNames,
     selector: Mapping[str, str],
@@ -73,16 +84,7 @@ def readings_from_scrapes(
     def increase(name: str | None) -> float | None:
         return _sum_replicas([_counter_increase(b, a, name, selector) for b, a in pairs])
 
-    def histogram(name: str) -> HistogramReading | None:
-        deltas = []
-        for b, a in pairs:
-            end = a.histogram(name, selector)
-            start = b.histogram(name, selector)
-            if end is not None:
-                deltas.append(end if start is None else end.minus(start))
-        return add_histograms(deltas)
-
-    histograms = {metric: histogram(name) for metric, name in names.histograms.items()}
+    histograms = {metric: _histogram_increase(pairs, name, selector) for metric, name in names.histograms.items()}
     e2e = histograms.get(LatencyMetric.E2E)
     scrapes = [*before, *after]
     return WindowReadings(

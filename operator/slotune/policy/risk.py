@@ -10,7 +10,11 @@ SmolLM2-135M on a 2-core CPU, queueing (1 of 1 running, 5 waiting) was first ans
 before max_num_seqs 1 -> 16 met the SLO (x9) with int8 still on: the order this module fixes.
 
 Once the SLO holds, `reverts` offers every kept output-altering change back, as a trim: kept only if the SLO still
-holds without it (measured), so no output-altering change outlives the need that brought it.
+holds without it (measured), so no output-altering change outlives the need that brought it. Speculation is offered
+back too, last, and only where the step model, scaled to the TPOT measured with it, predicts the TPOT targets hold
+without it with SPEC_REVERT_ROOM to spare: in the tuner benchmark, chunked prefill at 256 tokens met the SLO alone
+on two scenarios where speculation stayed on for good; where only speculation reaches TPOT, trying to give it back
+would cost users a missed window for nothing.
 """
 
 from __future__ import annotations
@@ -20,7 +24,11 @@ from enum import IntEnum
 from slotune.api.tuning import Knob
 from slotune.knobs import RuntimeConfig
 from slotune.knobs.schema import KVCacheDtype, Quantization
+from slotune.perfmodel.floors import PRIOR_ACCEPTANCE, decode_token_s
 from slotune.policy.inputs import PolicyInput, Remedy
+from slotune.snapshot import LatencyMetric
+
+SPEC_REVERT_ROOM = 0.8  # the TPOT predicted without speculation must stay under this share of each target
 
 
 class Risk(IntEnum):
@@ -56,7 +64,8 @@ def least_invasive_first(remedies: list[Remedy], current: RuntimeConfig) -> list
 
 def reverts(given: PolicyInput) -> list[Remedy]:
     """Each output-altering setting of the current config back to the model's own (8-bit weights, then the KV
-    cache's precision), for a trim once the SLO holds."""
+    cache's precision, then speculation where the model predicts TPOT holds without it), for a trim once the SLO
+    holds."""
     c = given.config
     found = []
     if c.quantization is not Quantization.NONE:
@@ -65,4 +74,25 @@ def reverts(given: PolicyInput) -> list[Remedy]:
     if c.kv_cache_dtype is not KVCacheDtype.AUTO:
         found.append(Remedy(c.with_changes(kv_cache_dtype=KVCacheDtype.AUTO), Knob.KV_CACHE_DTYPE,
                             "the SLO holds: the KV cache in the model's precision again, if it still holds"))
+    if c.speculative is not None and _tpot_holds_without_speculation(given):
+        found.append(Remedy(c.with_changes(speculative=None), Knob.SPECULATIVE,
+                            "the SLO holds: decoding without speculation again, predicted to hold without it"))
     return found
+
+
+def _tpot_holds_without_speculation(given: PolicyInput) -> bool:
+    """Every TPOT target, measured with speculation and scaled by the step model's ratio of token times without
+    and with it (at the measured batch, context and acceptance), still has SPEC_REVERT_ROOM to spare."""
+    c, s = given.config, given.snapshot
+    batch = max(round(s.num_running_mean or 1.0), 1)
+    context = s.mean_decode_context_tokens
+    acceptance = given.spec_acceptance if given.spec_acceptance is not None else PRIOR_ACCEPTANCE
+    with_spec = decode_token_s(given.deployment, c, batch, context, acceptance)
+    ratio = decode_token_s(given.deployment, c.with_changes(speculative=None), batch, context) / max(with_spec, 1e-12)
+    for target in given.slo.targets():
+        if target.metric is not LatencyMetric.TPOT:
+            continue
+        measured = s.tpot.at(target.percentile)
+        if measured is None or measured * ratio > SPEC_REVERT_ROOM * target.target_ms:
+            return False
+    return True

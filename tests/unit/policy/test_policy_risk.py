@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from slotune.api.tuning import Knob, KnobBounds, MaxNumSeqsRange, TuningSpec
-from slotune.knobs import RuntimeConfig
+from slotune.knobs import RuntimeConfig, SpeculativeConfig, SpeculativeMethod
 from slotune.knobs.schema import Quantization
 from slotune.perfmodel import Deployment
 from slotune.policy import PolicyInput, Proposal, propose, propose_trim
@@ -60,3 +60,23 @@ def test_a_kept_output_altering_change_is_offered_back_once_the_slo_holds():
     assert trim is not None and trim.trim
     assert trim.knob is Knob.QUANTIZATION and trim.config.quantization is Quantization.NONE
     assert trim.config.max_num_seqs == 16
+
+
+NGRAM = ONE_AT_A_TIME.with_changes(max_num_seqs=16, speculative=SpeculativeConfig(method=SpeculativeMethod.NGRAM))
+
+
+def test_speculation_is_offered_back_where_the_model_predicts_tpot_holds_without_it():
+    # The tuner benchmark's chunking-off scenarios: chunked prefill alone met the SLO, speculation stayed on for good.
+    met = replace(simulate_workload(CPU, NGRAM, CHAT, 40, seed=1).snapshot, tpot=_summary(40, 60))
+    trim = propose_trim(PolicyInput(NGRAM, met, SLO, TUNING, CPU, workload=CHAT, excluded_keys=frozenset()))
+    assert trim is not None and trim.trim
+    assert trim.knob is Knob.SPECULATIVE and trim.config.speculative is None
+    assert trim.config.max_num_seqs == 16
+
+
+def test_speculation_is_kept_where_the_model_predicts_tpot_needs_it():
+    # TPOT at 90% of its target with speculation: decoding a token a step is predicted to break it, and trying
+    # would cost users a missed window for nothing.
+    tight = replace(simulate_workload(CPU, NGRAM, CHAT, 40, seed=1).snapshot, tpot=_summary(500, 540))
+    trim = propose_trim(PolicyInput(NGRAM, tight, SLO, TUNING, CPU, workload=CHAT, excluded_keys=frozenset()))
+    assert trim is None or trim.knob is not Knob.SPECULATIVE, trim

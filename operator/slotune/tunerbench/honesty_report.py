@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slotune.tunerbench.run import ScenarioResult, StrategyResult
+from slotune.tunerbench.run import ScenarioResult
 
 FAMILIES = ("noisy", "chunking-off", "acceptance-high", "rise-fall")
 MAX_FALSE_ROLLBACK_SHARE = 0.05  # of the changes judged (kept or rolled back)
@@ -51,7 +51,7 @@ def summarise_honesty(results: list[ScenarioResult]) -> list[FamilyHonesty]:
 
 
 def _row(family: str, results: list[ScenarioResult]) -> FamilyHonesty:
-    pairs = [(r, mine) for r in results if (mine := _slotune(r)) is not None and mine.honesty is not None]
+    pairs = [(r, mine) for r in results if (mine := r.slotune) is not None and mine.honesty is not None]
     judged = [mine.honesty for _, mine in pairs if mine.honesty is not None]
     return FamilyHonesty(
         family, len(pairs), sum(r.feasible for r, _ in pairs),
@@ -67,10 +67,6 @@ def _row(family: str, results: list[ScenarioResult]) -> FamilyHonesty:
         sum(h.false_rollbacks_held for h in judged),
         sum(mine.honesty.keeps + mine.honesty.rollbacks for r, mine in pairs if r.feasible and mine.honesty),
         sum(mine.honesty.false_rollbacks for r, mine in pairs if r.feasible and mine.honesty))
-
-
-def _slotune(result: ScenarioResult) -> StrategyResult | None:
-    return next((x for x in result.results if x.strategy == "slotune"), None)
 
 
 def honesty_lines(results: list[ScenarioResult]) -> list[str]:
@@ -135,7 +131,7 @@ def scenario_honesty_lines(results: list[ScenarioResult]) -> list[str]:
              "unneeded output-altering | windows missed after a trim / measured |",
              "|---|---|---|---|---|---|---|---|"]
     for r in results:
-        mine = _slotune(r)
+        mine = r.slotune
         h = mine.honesty if mine is not None else None
         if h is None:
             continue

@@ -147,7 +147,7 @@ def _scenario_lines(results: list[ScenarioResult]) -> list[str]:
              "slotune to SLO | changes applied | slotune goodput / oracle | fresh seeds met | slotune final |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        mine = next((x for x in r.results if x.strategy == "slotune"), None)
+        mine = r.slotune
         if mine is None:
             continue
         ratio = "-" if mine.final_goodput_ratio is None else f"{mine.final_goodput_ratio:.2f}"

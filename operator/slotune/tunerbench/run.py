@@ -62,6 +62,10 @@ class ScenarioResult:
     space_met: int = 0  # of them, how many meet the SLO on the scored windows: what a uniform sample hits
     oracle_gpus: int = 0  # the oracle config's replicas x GPUs per replica
 
+    @property
+    def slotune(self) -> StrategyResult | None:
+        return next((x for x in self.results if x.strategy == "slotune"), None)
+
 
 NEAR_ORACLE = 0.95
 SEEDED = ("random", "tpe")  # stochastic baselines run once per seed; their results pool across seeds

@@ -49,11 +49,6 @@ class CapacityEstimate(BaseModel):
             value = max(value, self.met_factor)
         return min(max(value, MIN_FACTOR), MAX_FACTOR)
 
-    @property
-    def trim_ceiling(self) -> float | None:
-        """The most per-replica load (/ prior) a trim may leave: under one measured to miss right after a trim."""
-        return None if self.trim_missed_factor is None else self.trim_missed_factor * MISSED_SHARE
-
     def met(self, load_factor: float) -> CapacityEstimate:
         best = load_factor if self.met_factor is None else max(self.met_factor, load_factor)
         # A miss measured below a load that met since was a burst inside the window, not the capacity.
@@ -74,16 +69,16 @@ class CapacityEstimate(BaseModel):
         flight), and a fleet several times larger multiplexes bursts that one replica cannot: kept for ever, such a
         ceiling would pin the estimate, and the replicas, to the worst window ever seen. Measured again, it stands
         again. A trim's miss does not age: trying its load again would cost another window of users (on an L4,
-        where the model overrates a replica threefold, letting it age at half the pace cost 1.1 points of a
-        day's attainment in the trace benchmark). A factor
-        carried from the configs before rises back to the prior the same way: it was measured on another config,
-        and one the search kept for serving more (a smaller token budget after long prefill chunks broke TPOT)
-        would otherwise run at the old config's capacity for good, its gain never turned into fewer replicas."""
+        where the model overrates a replica threefold, letting it age at half the pace cost 1.1 points of a day's
+        attainment in the trace benchmark). A factor carried from the configs before rises back to the prior the
+        same way, never past it: it was measured on another config, and one the search kept for serving more (a
+        smaller token budget after long prefill chunks broke TPOT) would otherwise run at the old config's capacity
+        for good, its gain never turned into fewer replicas."""
         def loosen(factor: float | None) -> float | None:
             return None if factor is None or factor * FORGET_PER_WINDOW > MAX_FACTOR else factor * FORGET_PER_WINDOW
 
-        carried = min(self.carried_factor * FORGET_PER_WINDOW, 1.0) if self.carried_factor < 1.0 else \
-            self.carried_factor
+        carried = self.carried_factor if self.carried_factor >= 1.0 else min(self.carried_factor * FORGET_PER_WINDOW,
+                                                                             1.0)
         return self.model_copy(update={"missed_factor": loosen(self.missed_factor),
                                        "saturated_factor": loosen(self.saturated_factor), "carried_factor": carried})
 

@@ -11,8 +11,9 @@ Every window (whatever the configuration search is doing) the plan
    (per-replica capacity x `up_headroom`). Up at once; down only after `down_windows` windows in a row in which
    fewer replicas carry the upper forecast with headroom, nothing is starting and no queue stands, to the most
    any of them asked for, when the rate is not rising and fewer than `max_changes_per_hour` changes were made in
-   the hour; never past TRIM_STRETCH x a per-replica load measured to meet the SLO, nor to one a failed trim
-   measured. A miss within `trim_watch_windows` after a trim raises the bar for the next one.
+   the hour; never past TRIM_STRETCH x a per-replica load measured to meet the SLO (nor past a failed trim's:
+   its miss bounds the estimate for good). A miss within `trim_watch_windows` after a trim raises the bar for
+   the next one.
 More than `max_replicas` needed is "infeasible at this rate": the plan runs the most it may and keeps planning,
 and the condition clears when the rate falls.
 """
@@ -196,18 +197,15 @@ def _maybe_trim(state: CapacityState, window: CapacityWindow, settings: Capacity
 
 
 def _measured_floor(state: CapacityState, window: CapacityWindow) -> int:
-    """The fewest replicas whose per-replica load stays within TRIM_STRETCH of a load measured to meet the SLO and
-    under one a failed trim measured: the model's prior alone never sheds a replica (with nothing measured, nothing
-    is trimmed), and a trim that missed is not tried again at its load."""
+    """The fewest replicas whose per-replica load stays within TRIM_STRETCH of a load measured to meet the SLO: the
+    model's prior alone never sheds a replica (with nothing measured, nothing is trimmed)."""
     assert state.estimate is not None and state.forecast is not None
     if state.forecast.upper_per_s(1) <= 0:
         return 0  # nothing arrives: nothing to carry
     if state.estimate.met_factor is None:
         return state.ordered
-    most = state.estimate.met_factor * TRIM_STRETCH
-    if state.estimate.trim_ceiling is not None:
-        most = min(most, state.estimate.trim_ceiling)
-    return math.ceil(state.forecast.upper_per_s(1) / max(window.prior_per_replica * most, 1e-9) - 1e-9)
+    most = window.prior_per_replica * state.estimate.met_factor * TRIM_STRETCH
+    return math.ceil(state.forecast.upper_per_s(1) / max(most, 1e-9) - 1e-9)
 
 
 def _order(state: CapacityState, window: CapacityWindow, replicas: int, reason: str,

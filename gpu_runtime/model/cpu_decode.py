@@ -50,6 +50,9 @@ class Batch1Decoder:
                  kv_caches: list[tuple[torch.Tensor, torch.Tensor]], layers: ctypes.Array) -> None:
         cfg = model.config
         self._lib, self._model, self._rope, self._layers = lib, model, rope, layers
+        # The C layers hold raw addresses: keeping the tensors alive means no later tensor can reuse an address,
+        # so decoder_key's storage check cannot mistake a replaced weight for the one built on.
+        self._keep = [*model.parameters(), *model.buffers(), *(t for kv in kv_caches for t in kv)]
         self._shape = Shape(cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size,
                             model.norm.eps, kv_caches[0][0].shape[1])
         qkv = (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim

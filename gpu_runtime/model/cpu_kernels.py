@@ -49,6 +49,8 @@ def _library_path() -> Path:
 
 @functools.cache
 def _load() -> ctypes.CDLL | None:
+    if not SOURCE.exists():  # an install that left the C source out
+        return None
     target = _library_path()
     if not target.exists() and not _build(target):
         return None

@@ -109,7 +109,7 @@ def markdown(r: dict[str, Any]) -> str:
     else:
         lines.append(f"llama.cpp: not measured: {peer['why_not']}")
     lines += ["", ("Where a batch-1 decode step spends its torch op time (torch profiler, self CPU time; "
-                     "the GEMVs that numpy's OpenBLAS runs are not torch ops and are not in it):" if
+                     "the C kernels' decoder layers and numpy's LM-head GEMV are not torch ops and are not in it):" if
                      r["machine"].get("numpy_blas") else
                      "Where a batch-1 decode step spends its op time (torch profiler, self CPU time):"), "",
               "| op | share | calls per step |", "|---|---|---|"]

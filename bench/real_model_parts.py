@@ -23,7 +23,7 @@ from bench import llama_cpp_peer
 from bench.real_model_report import markdown
 from bench.real_model_streams import stream_throughput
 from gpu_runtime.engine.llm_engine import LLMEngine, SamplingParams
-from gpu_runtime.model import cpu_blas
+from gpu_runtime.model import cpu_blas, cpu_kernels
 from gpu_runtime.model.cpu_layout import use_decode_layout
 from gpu_runtime.quant.apply import weight_bytes
 from gpu_runtime.server.chat import ChatTemplate
@@ -119,12 +119,24 @@ def engine_decode_times(engine: Any, prompt: list[int], max_tokens: int) -> tupl
 
 @contextmanager
 def torch_gemv() -> Iterator[None]:
-    """Batch-1 products through torch's own kernel (MKL), as before gpu_runtime.model.cpu_blas, then restored."""
+    """Batch-1 steps on PyTorch ops with torch's own GEMV (MKL), as before gpu_runtime.model.cpu_blas and
+    cpu_kernels, then restored."""
     previous = cpu_blas.set_enabled(False)
+    try:
+        with pytorch_path():
+            yield
+    finally:
+        cpu_blas.set_enabled(previous)
+
+
+@contextmanager
+def pytorch_path() -> Iterator[None]:
+    """Batch-1 steps on PyTorch ops instead of the C kernels (gpu_runtime.model.cpu_kernels), then restored."""
+    previous = cpu_kernels.set_enabled(False)
     try:
         yield
     finally:
-        cpu_blas.set_enabled(previous)
+        cpu_kernels.set_enabled(previous)
 
 
 @contextmanager
@@ -292,11 +304,22 @@ def speculation(engine: LLMEngine, config: dict[str, Any], max_tokens: int, roun
 
 
 def int8_quality(fp32: LLMEngine, int8: LLMEngine, max_tokens: int) -> dict[str, Any]:
-    """Greedy answers of the quality gate's probe set, int8 against fp32: token agreement and identical answers."""
+    """Greedy answers of the quality gate's probe set, int8 against fp32: token agreement and identical answers.
+    All probes at once (batched steps, torch's int8 kernel on bf16 activations), and one at a time (batch-1 steps)
+    through the C kernels (fp32 activations) and through the PyTorch path as before them."""
     template = ChatTemplate.from_model(Path(fp32.config.model))
     prompts = [fp32.tokenizer.encode(template.render([ChatMessage(**m) for m in p.messages()])) for p in PROBES]
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
-    reference, candidate = fp32.generate(prompts, params), int8.generate(prompts, params)
+    reference = fp32.generate(prompts, params)
+    one_at_a_time = [int8.generate([p], params)[0] for p in prompts]
+    with pytorch_path():
+        one_at_a_time_before = [int8.generate([p], params)[0] for p in prompts]
+    return {**_agreement(reference, int8.generate(prompts, params), max_tokens),
+            "batch1": _agreement(reference, one_at_a_time, max_tokens),
+            "batch1_pytorch_path": _agreement(reference, one_at_a_time_before, max_tokens)}
+
+
+def _agreement(reference: list[list[int]], candidate: list[list[int]], max_tokens: int) -> dict[str, Any]:
     matching = total = 0
     prefixes = []
     for ref, cand in zip(reference, candidate, strict=True):

@@ -68,11 +68,12 @@ def markdown(r: dict[str, Any]) -> str:
         g = r["gemv"]
         lines += [
             "",
-            f"GEMV kernel, side by side in every round: {g['what']}. The engine is **{g['engine_speedup']:.2f}x** "
-            f"faster with numpy's (median of the rounds' paired ratios "
+            f"Kernels, side by side in every round: {g['what']}. The engine is **{g['engine_speedup']:.2f}x** "
+            f"faster (median of the rounds' paired ratios "
             f"{', '.join(f'{v:.2f}' for v in g['engine_speedup_rounds'])}; by CPU time "
-            f"{r['cpu_time']['gemv_speedup']:.2f}x); with MKL it runs at {g['mkl_fraction_of_bound']:.0%} of the "
-            f"bound. Huge pages: THP_MEM_ALLOC_ENABLE={m['huge_pages']['THP_MEM_ALLOC_ENABLE']}, "
+            f"{r['cpu_time']['gemv_speedup']:.2f}x); on PyTorch ops with MKL it runs at "
+            f"{g['mkl_fraction_of_bound']:.0%} of the bound. Huge pages: "
+            f"THP_MEM_ALLOC_ENABLE={m['huge_pages']['THP_MEM_ALLOC_ENABLE']}, "
             f"{(m['huge_pages']['anon_huge_page_bytes'] or 0) / 2**20:.0f} MiB of the process in huge pages "
             "(weights and the copy bound's buffers alike).",
         ]
@@ -80,7 +81,7 @@ def markdown(r: dict[str, Any]) -> str:
         b, c = r["before"], r["cpu_time"]
         lines += [
             "",
-            f"Before and after this revision's decode-step cuts, side by side (the runtime at {b['revision']}, "
+            f"Before and after this revision's C batch-1 kernels, side by side (the runtime at {b['revision']}, "
             f"loaded into the same process, alternating with the current one in every round): {b['what']}. "
             f"By wall time the engine is **{b['engine_speedup']:.2f}x** its earlier self (median of the rounds' "
             f"paired ratios "
@@ -93,8 +94,8 @@ def markdown(r: dict[str, Any]) -> str:
             f"**{c['engine_fraction_of_bound']:.0%}** of the bound (rounds "
             f"{', '.join(f'{v:.0%}' for v in c['engine_fraction_of_bound_rounds'])}), before "
             f"{c['before_ms_per_token']:.1f} ms/token = {c['before_fraction_of_bound']:.0%}"
-            + (f", the engine on MKL {c['mkl_ms_per_token']:.1f} ms/token = {c['mkl_fraction_of_bound']:.0%}; the cuts "
-               f"alone (before / the engine, median of the paired ratios) {c['speedup_over_before']:.2f}x."
+            + (f", the engine on MKL {c['mkl_ms_per_token']:.1f} ms/token = {c['mkl_fraction_of_bound']:.0%}; the "
+               f"kernels alone (before / the engine, median of the paired ratios) {c['speedup_over_before']:.2f}x."
                if "mkl_ms_per_token" in c else f"; after / before {c['speedup_over_before']:.2f}x."),
         ]
     peer = r["llama_cpp"]
@@ -108,7 +109,7 @@ def markdown(r: dict[str, Any]) -> str:
     else:
         lines.append(f"llama.cpp: not measured: {peer['why_not']}")
     lines += ["", ("Where a batch-1 decode step spends its torch op time (torch profiler, self CPU time; "
-                     "the GEMVs that numpy's OpenBLAS runs are not torch ops and are not in it):" if
+                     "the C kernels' decoder layers and numpy's LM-head GEMV are not torch ops and are not in it):" if
                      r["machine"].get("numpy_blas") else
                      "Where a batch-1 decode step spends its op time (torch profiler, self CPU time):"), "",
               "| op | share | calls per step |", "|---|---|---|"]
@@ -134,10 +135,14 @@ def markdown(r: dict[str, Any]) -> str:
                      f"{s['greedy_output_unchanged']} |")
     q = r["int8"]
     lines += ["", "## int8 weights", "",
-              f"Batch-1 decode: **{q['speedup_over_fp32']:.2f}x** the fp32 engine's tokens/s. Quality against fp32, "
-              f"greedy, the quality gate's {q['probes']} probe conversations, {q['quality_tokens']} tokens each: "
-              f"token agreement **{q['token_agreement']:.0%}**, {q['identical_answers']} of {q['probes']} answers "
-              f"identical, first divergence after {q['mean_tokens_to_first_divergence']:.1f} tokens on average."
+              f"Batch-1 decode: **{q['speedup_over_fp32']:.2f}x** the fp32 engine's tokens/s"
+              + ("" if "speedup_over_pytorch_path" not in q else
+                 f", **{q['speedup_over_pytorch_path']:.2f}x** its PyTorch path before the C kernels")
+              + f". Quality against fp32, greedy, the quality gate's {q['probes']} probe conversations, "
+              f"{q['quality_tokens']} tokens each, all at once (batched steps): {_agreement_text(q)}."
+              + "".join(f" {name}: {_agreement_text(q[key])}." for key, name in (
+                  ("batch1", "One at a time (batch-1 steps, the C kernels)"),
+                  ("batch1_pytorch_path", "One at a time on the PyTorch path (before)")) if key in q)
               + ("" if q.get("speedup_over_llama_cpp_q8") is None else
                  f" Against llama.cpp's server on the same weights in Q8_0 (its 8-bit format): "
                  f"**{q['speedup_over_llama_cpp_q8']:.2f}x** (above 1 = the engine is faster)."),
@@ -145,3 +150,8 @@ def markdown(r: dict[str, Any]) -> str:
               "", "Other processes shared the machine during the run (see the load averages): absolute times are "
               "inflated; the ratios, measured side by side in alternating rounds, are the result.", ""]
     return "\n".join(lines)
+
+
+def _agreement_text(q: dict[str, Any]) -> str:
+    return (f"token agreement **{q['token_agreement']:.0%}**, {q['identical_answers']} of {q['probes']} answers "
+            f"identical, first divergence after {q['mean_tokens_to_first_divergence']:.1f} tokens on average")

@@ -15,6 +15,7 @@ import torch
 
 from gpu_runtime.config import ModelConfig
 from gpu_runtime.model.attention import AttentionGroup, AttentionMetadata, RopeTables
+from gpu_runtime.model.cpu_decode import Batch1Decoder, decoder_key
 from gpu_runtime.model.loader import load_model, load_weights
 
 # Sequences with at most this many query tokens are attended together in one padded SDPA call.
@@ -53,6 +54,8 @@ class ModelRunner:
         self.rope = RopeTables.build(self.config, max_model_len, dtype, device)
         self.num_blocks = 0
         self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._decoder: Batch1Decoder | None = None  # the C batch-1 path (CPU only), built on first use
+        self._decoder_key: tuple[object, ...] = ()  # what it was built on: a change builds it anew
         if num_blocks is not None:
             self.allocate_kv_cache(num_blocks)
 
@@ -76,6 +79,9 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, inputs: list[SequenceInput]) -> torch.Tensor:
         """Forward pass over all inputs; returns float32 logits [sum(num_logits), vocab] in input order."""
+        fast = self._batch1_decode(inputs)
+        if fast is not None:
+            return fast
         order = self._order(inputs)
         ordered = [inputs[i] for i in order]
         ids, positions, slots, logit_rows = self._flatten(ordered)
@@ -83,6 +89,28 @@ class ModelRunner:
         hidden = self.model(ids, positions, self.rope, self.kv_caches, meta)
         logits = self.model.compute_logits(hidden.index_select(0, logit_rows))
         return self._restore_order(logits, ordered, order)
+
+    def _batch1_decode(self, inputs: list[SequenceInput]) -> torch.Tensor | None:
+        """One sequence decoding one token over contiguous KV blocks, through the C kernels where they run
+        (gpu_runtime.model.cpu_decode); None where the step takes the PyTorch path."""
+        if len(inputs) != 1 or len(inputs[0].token_ids) != 1 or inputs[0].num_logits != 1:
+            return None
+        s, bs = inputs[0], self.block_size
+        first = _contiguous_first_block(s.block_ids, s.start // bs + 1)
+        decoder = self._batch1_decoder() if first is not None else None
+        if decoder is None or first is None:
+            return None
+        slot = s.block_ids[s.start // bs] * bs + s.start % bs
+        hidden = decoder.hidden(s.token_ids[0], s.start, slot, first * bs, s.start + 1)
+        return self.model.compute_logits(hidden)
+
+    def _batch1_decoder(self) -> Batch1Decoder | None:
+        if self.device.type != "cpu":
+            return None
+        key = decoder_key(self.model, self.kv_caches)
+        if key != self._decoder_key:  # first use, or the weights' modules, layout or caches changed
+            self._decoder, self._decoder_key = Batch1Decoder.build(self.model, self.rope, self.kv_caches), key
+        return self._decoder
 
     def _order(self, inputs: list[SequenceInput]) -> list[int]:
         """Short-query sequences first (one batched group), then each long prefill on its own."""

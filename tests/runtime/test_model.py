@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM
 
 from gpu_runtime.engine.llm_engine import EngineConfig, LLMEngine, SamplingParams
 from gpu_runtime.engine.model_runner import ModelRunner, SequenceInput
+from gpu_runtime.model import cpu_kernels
 from gpu_runtime.model.attention import batched_attention_bmm, batched_attention_sdpa
 
 ATOL = 1e-4
@@ -120,8 +121,16 @@ def test_batched_attention_paths_agree(num_queries: int) -> None:
 
 def test_batch1_decode_over_contiguous_blocks_equals_the_gathered_path(nano_llama: Path) -> None:
     """Batch-1 decode over consecutive block ids attends to a slice of the cache (no gather); over scattered ids it
-    gathers. The same prompt in both layouts gives the same logits bit for bit."""
-    runner = _runner(nano_llama)
+    gathers. The same prompt in both layouts gives the same logits bit for bit (PyTorch's path both times: the C
+    batch-1 path, tests/runtime/test_cpu_decode.py, would take the contiguous layout)."""
+    previous = cpu_kernels.set_enabled(False)
+    try:
+        _two_layouts(_runner(nano_llama))
+    finally:
+        cpu_kernels.set_enabled(previous)
+
+
+def _two_layouts(runner: ModelRunner) -> None:
     prompt = _prompt(5, 40, runner.config.vocab_size)
     contiguous, scattered = list(range(10)), [31, 17, 25, 12, 40, 13, 29, 18, 44, 21]  # 40 tokens, 4 a block
     assert runner._groups([SequenceInput(prompt[-1:], 39, contiguous, 1)])[0].key_slot == 0

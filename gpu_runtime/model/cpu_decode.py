@@ -1,0 +1,116 @@
+"""Batch-1 decode on CPU through the C kernels: every decoder layer of one token in a single call.
+
+At batch 1 on CPU an eager step is ~25 small torch ops per layer, ~10 us each, next to GEMVs of a few hundred
+microseconds: on SmolLM2 (30 layers) the ops cost about as much as streaming the weights. `Batch1Decoder` hands the
+layers' weight, norm and KV cache addresses to gpu_runtime/model/cpu_kernels.c once, then runs a step as one
+embedding row copy, one C call and the model's own final norm and LM head. The C code computes what
+gpu_runtime.model.llama does for one token over contiguous KV slots (the engine's usual case), in fp32 with the
+additions in another order: logits agree to ~1e-6 and greedy tokens are the same (tests/runtime/test_cpu_decode.py).
+
+Supported: fp32 CPU models whose projections are fp32 in the column-major decode layout or Int8Linear (int8
+weights are multiplied with fp32 activations here, where torch's CPU kernel rounds them to bf16). Anything else
+(bf16, CUDA, fp8, row-major weights, biases outside qkv) builds no decoder and keeps the PyTorch path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+from torch import nn
+
+from gpu_runtime.model.attention import RopeTables
+from gpu_runtime.model.cpu_kernels import Layer, Shape, kernels
+from gpu_runtime.quant.int8 import Int8Linear
+
+MAX_HEAD_DIM = 512  # the C rope's stack buffer
+
+
+def _projection(module: nn.Module) -> tuple[int, int] | None:
+    """(weight address, scale address or 0) in the layout the C kernels read, None where they cannot."""
+    if isinstance(module, Int8Linear):
+        ok = module.weight_int8.is_contiguous() and module.scale.dtype == torch.float32
+        return (module.weight_int8.data_ptr(), module.scale.data_ptr()) if ok else None
+    if isinstance(module, nn.Linear):
+        weight = module.weight
+        ok = weight.dtype == torch.float32 and weight.device.type == "cpu" and weight.t().is_contiguous()
+        return (weight.data_ptr(), 0) if ok else None
+    return None
+
+
+def _fp32_cpu(tensor: torch.Tensor | None) -> bool:
+    return tensor is not None and tensor.dtype == torch.float32 and tensor.device.type == "cpu" and \
+        tensor.is_contiguous()
+
+
+class Batch1Decoder:
+    """The C layers of one model, its rope tables and KV caches (see the module docstring)."""
+
+    def __init__(self, lib: ctypes.CDLL, model: nn.Module, rope: RopeTables,
+                 kv_caches: list[tuple[torch.Tensor, torch.Tensor]], layers: ctypes.Array) -> None:
+        cfg = model.config
+        self._lib, self._model, self._rope, self._layers = lib, model, rope, layers
+        # The C layers hold raw addresses: keeping the tensors alive means no later tensor can reuse an address,
+        # so decoder_key's storage check cannot mistake a replaced weight for the one built on.
+        self._keep = [*model.parameters(), *model.buffers(), *(t for kv in kv_caches for t in kv)]
+        self._shape = Shape(cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size,
+                            model.norm.eps, kv_caches[0][0].shape[1])
+        qkv = (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim
+        scratch = cfg.hidden_size + qkv + cfg.num_heads * cfg.head_dim + 2 * cfg.intermediate_size
+        self._scratch = torch.empty(scratch + rope.cos.shape[0])
+        self._x = torch.empty(cfg.hidden_size)
+        self._out = torch.empty(1, cfg.hidden_size)
+
+    @classmethod
+    def build(cls, model: nn.Module, rope: RopeTables,
+              kv_caches: list[tuple[torch.Tensor, torch.Tensor]]) -> Batch1Decoder | None:
+        """The decoder for this model, or None where the kernels are missing or the model is not supported."""
+        lib = kernels()
+        if lib is None or not kv_caches or not _fp32_cpu(rope.cos) or model.config.head_dim > MAX_HEAD_DIM:
+            return None
+        if not isinstance(model.embed_tokens, nn.Embedding) or not _fp32_cpu(model.norm.weight):
+            return None
+        layers = [_layer(layer, kv) for layer, kv in zip(model.layers, kv_caches, strict=True)]
+        if any(layer is None for layer in layers):
+            return None
+        return cls(lib, model, rope, kv_caches, (Layer * len(layers))(*layers))
+
+    def hidden(self, token_id: int, position: int, slot: int, key_slot: int, num_keys: int) -> torch.Tensor:
+        """Final hidden state [1, hidden] of one token at `position`, its K/V written at `slot`, attending to the
+        contiguous cache slots [key_slot, key_slot + num_keys)."""
+        self._x.copy_(self._model.embed_tokens.weight[token_id])
+        cos, sin = self._rope.cos[position], self._rope.sin[position]
+        self._lib.decode_layers(self._layers, len(self._layers), ctypes.byref(self._shape), self._x.data_ptr(),
+                                cos.data_ptr(), sin.data_ptr(), slot, key_slot, num_keys, self._scratch.data_ptr())
+        norm = self._model.norm
+        self._lib.rms_norm(self._x.data_ptr(), norm.weight.data_ptr(), norm.eps, self._x.shape[0],
+                           self._out.data_ptr())
+        return self._out
+
+
+def _layer(layer: nn.Module, kv: tuple[torch.Tensor, torch.Tensor]) -> Layer | None:
+    attn, mlp = layer.self_attn, layer.mlp
+    projections = [_projection(m) for m in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)]
+    bias = attn.qkv_proj.bias
+    norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
+    if any(p is None for p in projections) or not all(_fp32_cpu(t) for t in (*norms, *kv)):
+        return None
+    if (bias is not None and not _fp32_cpu(bias)) or any(m.bias is not None for m in (attn.o_proj, mlp.gate_up_proj,
+                                                                                        mlp.down_proj)):
+        return None
+    (qkv, qkv_s), (o, o_s), (gu, gu_s), (down, down_s) = projections  # type: ignore[misc]
+    return Layer(qkv, o, gu, down, qkv_s or None, o_s or None, gu_s or None, down_s or None,
+                 None if bias is None else bias.data_ptr(), norms[0].data_ptr(), norms[1].data_ptr(),
+                 kv[0].data_ptr(), kv[1].data_ptr())
+
+
+def decoder_key(model: nn.Module, kv_caches: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[object, ...]:
+    """What a built decoder depends on, cheap enough to check every step: whether the kernels are on, the model, its
+    first projection's module and storage, and the caches. Every change the runtime makes to the weights'
+    modules or layout (quantization, re-layout) swaps all layers alike, so the first stands for the rest; a reload
+    copies into the same storage, which the C code reads in place."""
+    qkv = model.layers[0].self_attn.qkv_proj
+    weight = getattr(qkv, "weight_int8", None)
+    weight = qkv.weight if weight is None else weight
+    cache = kv_caches[0][0].data_ptr() if kv_caches else 0
+    return kernels() is not None, id(model), id(qkv), weight.data_ptr(), cache, len(kv_caches)

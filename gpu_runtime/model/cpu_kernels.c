@@ -1,0 +1,175 @@
+/* Batch-1 decode kernels for the runtime on CPU (gpu_runtime/model/cpu_kernels.py builds and loads this file).
+
+A batch-1 decode step is ~120 matrix-vector products plus ~25 small vector ops per layer. In eager PyTorch each
+small op costs ~10 us of dispatch, more than the arithmetic, and the int8 kernels torch ships for CPU read int8 no
+faster than fp32 on AVX2-only cores. Here one call runs a whole decoder layer for one token, so the step is the
+weight stream plus a few microseconds per layer.
+
+Weights: fp32 projections are read in the [in, out] storage the model keeps them in (gpu_runtime.model.cpu_layout),
+int8 projections in their [out, in] storage with one fp32 scale per output row (gpu_runtime.quant.int8). Every sum is
+fp32; only the order of the additions differs from torch's kernels.
+*/
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define OUT_CHUNK 2048 /* output columns summed at once by the [in, out] kernel: 8 KiB of y stays in L1 */
+
+/* y[out] = x[in] @ wt[in, out] (wt row-major): four input rows at a time stream four weight rows sequentially. */
+void gemv_f32(const float *restrict x, const float *restrict wt, int n_in, int n_out, float *restrict y) {
+    for (int o0 = 0; o0 < n_out; o0 += OUT_CHUNK) {
+        int n = n_out - o0 < OUT_CHUNK ? n_out - o0 : OUT_CHUNK;
+        float *restrict yc = y + o0;
+        memset(yc, 0, sizeof(float) * (size_t)n);
+        int i = 0;
+        for (; i + 4 <= n_in; i += 4) {
+            const float *w0 = wt + (size_t)i * n_out + o0, *w1 = w0 + n_out, *w2 = w1 + n_out, *w3 = w2 + n_out;
+            float x0 = x[i], x1 = x[i + 1], x2 = x[i + 2], x3 = x[i + 3];
+            for (int j = 0; j < n; j++) yc[j] += x0 * w0[j] + x1 * w1[j] + x2 * w2[j] + x3 * w3[j];
+        }
+        for (; i < n_in; i++) {
+            const float *w0 = wt + (size_t)i * n_out + o0;
+            float x0 = x[i];
+            for (int j = 0; j < n; j++) yc[j] += x0 * w0[j];
+        }
+    }
+}
+
+#ifdef __AVX2__
+#include <immintrin.h>
+
+/* 8 int8 weights as fp32: the 8-byte load folds into the sign extension (one instruction, no shuffles). */
+static inline __m256 widen(const int8_t *q) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q))); }
+
+/* Four independent accumulators: one would wait on each FMA's latency and run at a quarter of the load rate. */
+static float dot_i8(const float *restrict x, const int8_t *restrict q, int n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), widen(q + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), widen(q + i + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), widen(q + i + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), widen(q + i + 24), a3);
+    }
+    __m256 sum = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    __m128 half = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
+    half = _mm_add_ps(half, _mm_movehl_ps(half, half));
+    float acc = _mm_cvtss_f32(_mm_add_ss(half, _mm_movehdup_ps(half)));
+    for (; i < n; i++) acc += x[i] * (float)q[i];
+    return acc;
+}
+
+#else
+static float dot_i8(const float *restrict x, const int8_t *restrict q, int n) {
+    float acc = 0.0f;
+    for (int i = 0; i < n; i++) acc += x[i] * (float)q[i];
+    return acc;
+}
+#endif
+
+/* y[out] = (x[in] @ q[out, in]^T) * scale[out]: each output is a dot product over one contiguous int8 row. */
+void gemv_i8(const float *restrict x, const int8_t *restrict q, const float *restrict scale, int n_in, int n_out,
+             float *restrict y) {
+    for (int o = 0; o < n_out; o++) y[o] = dot_i8(x, q + (size_t)o * n_in, n_in) * scale[o];
+}
+
+/* One projection: int8 when scale is given, else fp32 in [in, out] storage; bias may be NULL. */
+static void project(const float *x, const void *w, const float *scale, const float *bias, int n_in, int n_out,
+                    float *y) {
+    if (scale) gemv_i8(x, (const int8_t *)w, scale, n_in, n_out, y);
+    else gemv_f32(x, (const float *)w, n_in, n_out, y);
+    if (bias)
+        for (int o = 0; o < n_out; o++) y[o] += bias[o];
+}
+
+/* HF LlamaRMSNorm in fp32: (x * rsqrt(mean(x^2) + eps)) * weight. */
+void rms_norm(const float *restrict x, const float *restrict weight, float eps, int n, float *restrict out) {
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += (double)x[i] * x[i];
+    float inv = 1.0f / sqrtf((float)(sum / n) + eps);
+    for (int i = 0; i < n; i++) out[i] = (x[i] * inv) * weight[i];
+}
+
+/* HF's non-interleaved rotary embedding: x * cos + rotate_half(x) * sin, sin already signed (RopeTables). */
+static void rope(float *restrict x, const float *restrict cos, const float *restrict sin, int heads, int d) {
+    int half = d / 2;
+    float rotated[512];
+    for (int h = 0; h < heads; h++, x += d) {
+        for (int j = 0; j < d; j++) rotated[j] = x[j] * cos[j] + x[(j + half) % d] * sin[j];
+        memcpy(x, rotated, sizeof(float) * (size_t)d);
+    }
+}
+
+/* One query token against its cache slots [key_slot, key_slot + num_keys) of head-major [kvh, num_slots, d]
+   caches; scores is scratch of num_keys floats. */
+static void attend(const float *q, const float *k_cache, const float *v_cache, long num_slots, long key_slot,
+                   long num_keys, int heads, int kv_heads, int d, float *scores, float *out) {
+    float scale = 1.0f / sqrtf((float)d);
+    for (int h = 0; h < heads; h++) {
+        size_t base = ((size_t)(h / (heads / kv_heads)) * num_slots + key_slot) * d;
+        const float *qh = q + (size_t)h * d, *keys = k_cache + base, *values = v_cache + base;
+        float top = -INFINITY, total = 0.0f;
+        for (long t = 0; t < num_keys; t++) {
+            float s = 0.0f;
+            for (int j = 0; j < d; j++) s += qh[j] * keys[t * d + j];
+            scores[t] = s * scale;
+            top = scores[t] > top ? scores[t] : top;
+        }
+        for (long t = 0; t < num_keys; t++) total += scores[t] = expf(scores[t] - top);
+        float *oh = out + (size_t)h * d;
+        memset(oh, 0, sizeof(float) * (size_t)d);
+        for (long t = 0; t < num_keys; t++) {
+            float p = scores[t] / total;
+            for (int j = 0; j < d; j++) oh[j] += p * values[t * d + j];
+        }
+    }
+}
+
+/* A decoder layer's weights: four projections (fp32 [in, out], or int8 [out, in] with per-row scales) and norms. */
+typedef struct {
+    const void *qkv, *o, *gate_up, *down;
+    const float *qkv_scale, *o_scale, *gate_up_scale, *down_scale; /* NULL: fp32 weights */
+    const float *qkv_bias, *input_norm, *post_norm;
+    float *k_cache, *v_cache;
+} Layer;
+
+typedef struct {
+    int hidden, heads, kv_heads, head_dim, intermediate;
+    float eps;
+    long num_slots;
+} Shape;
+
+/* x[hidden] += attention and MLP of one layer for one token at `slot`; scratch holds
+   hidden + (heads + 2 kv_heads) d + heads d + 2 intermediate + num_keys floats. */
+void decode_layer(const Layer *l, const Shape *s, float *x, const float *cos, const float *sin, long slot,
+                  long key_slot, long num_keys, float *scratch) {
+    int d = s->head_dim, q_dim = s->heads * d, kv_dim = s->kv_heads * d;
+    float *normed = scratch, *qkv = normed + s->hidden, *attn = qkv + q_dim + 2 * kv_dim;
+    float *gate_up = attn + q_dim, *scores = gate_up + 2 * s->intermediate;
+    rms_norm(x, l->input_norm, s->eps, s->hidden, normed);
+    project(normed, l->qkv, l->qkv_scale, l->qkv_bias, s->hidden, q_dim + 2 * kv_dim, qkv);
+    rope(qkv, cos, sin, s->heads + s->kv_heads, d);
+    for (int h = 0; h < s->kv_heads; h++) {
+        size_t at = ((size_t)h * s->num_slots + slot) * d;
+        memcpy(l->k_cache + at, qkv + q_dim + h * d, sizeof(float) * (size_t)d);
+        memcpy(l->v_cache + at, qkv + q_dim + kv_dim + h * d, sizeof(float) * (size_t)d);
+    }
+    attend(qkv, l->k_cache, l->v_cache, s->num_slots, key_slot, num_keys, s->heads, s->kv_heads, d, scores, attn);
+    project(attn, l->o, l->o_scale, NULL, q_dim, s->hidden, normed);
+    for (int i = 0; i < s->hidden; i++) x[i] += normed[i];
+    rms_norm(x, l->post_norm, s->eps, s->hidden, normed);
+    project(normed, l->gate_up, l->gate_up_scale, NULL, s->hidden, 2 * s->intermediate, gate_up);
+    for (int i = 0; i < s->intermediate; i++) {
+        float g = gate_up[i];
+        gate_up[i] = g / (1.0f + expf(-g)) * gate_up[s->intermediate + i];
+    }
+    project(gate_up, l->down, l->down_scale, NULL, s->intermediate, s->hidden, normed);
+    for (int i = 0; i < s->hidden; i++) x[i] += normed[i];
+}
+
+/* Every layer of the model for one token: one call per step. */
+void decode_layers(const Layer *layers, int num_layers, const Shape *s, float *x, const float *cos, const float *sin,
+                   long slot, long key_slot, long num_keys, float *scratch) {
+    for (int i = 0; i < num_layers; i++) decode_layer(layers + i, s, x, cos, sin, slot, key_slot, num_keys, scratch);
+}

@@ -42,9 +42,20 @@ def _cache_dir() -> Path:
 
 
 def _library_path() -> Path:
-    """Keyed by source, flags and machine: an edit or another CPU builds anew."""
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode() + platform.machine().encode())
+    """Keyed by source, flags and CPU: an edit, or a cache folder shared with a CPU of other instruction sets
+    (`-march=native` code can fault there), builds anew."""
+    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode() + platform.machine().encode()
+                         + _cpu_features().encode())
     return _cache_dir() / f"cpu_kernels-{key.hexdigest()[:16]}.so"
+
+
+def _cpu_features() -> str:
+    """The CPU's model and instruction-set flags as Linux reports them (empty elsewhere)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return ""
+    return "".join(dict.fromkeys(line for line in lines if line.startswith(("flags", "model name"))))
 
 
 @functools.cache

@@ -52,7 +52,9 @@ class VerifyStep(ConvergeStep):
         if quality is not None and quality.pending:  # its requests are in this window anyway: judge the next one
             return state.evolve(message=f"{pending.change}: {quality.reason}; the window is not judged"), False
         change = Judged(baseline, snapshot, judged, proposal.target_metric, proposal.target_percentile, proposal.trim,
-                        pending.canary_pod is not None, state.measured.first_after)
+                        pending.canary_pod is not None, state.measured.first_after,
+                        added_replicas=pending.config == pending.previous.with_changes(replicas=pending.config.replicas)
+                        and pending.config.replicas > pending.previous.replicas)
         verdict = amended(verdict, change, quality, self.problem.slo, self.problem.tuning.convergence_windows,
                           squeezed=lambda: state.phase is not Phase.INFEASIBLE
                           and self._squeezed(state, pending.config, snapshot))

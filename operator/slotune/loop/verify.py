@@ -53,7 +53,7 @@ class VerifyStep(ConvergeStep):
             return state.evolve(message=f"{pending.change}: {quality.reason}; the window is not judged"), False
         change = Judged(baseline, snapshot, judged, proposal.target_metric, proposal.target_percentile, proposal.trim,
                         pending.canary_pod is not None, state.measured.first_after,
-                        added_replicas=pending.config == pending.previous.with_changes(replicas=pending.config.replicas)
+                        added_replicas=pending.previous.changed_knobs(pending.config) == {"replicas"}
                         and pending.config.replicas > pending.previous.replicas)
         verdict = amended(verdict, change, quality, self.problem.slo, self.problem.tuning.convergence_windows,
                           squeezed=lambda: state.phase is not Phase.INFEASIBLE

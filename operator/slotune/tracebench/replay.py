@@ -46,6 +46,7 @@ class Replayed:
     changes_s: list[float] = field(default_factory=list)  # when it changed what runs
     final_config: str = ""
     capacity_note: str = ""  # slotune's last capacity reading (its per-replica estimate and what it rests on)
+    planned_per_replica: list[float] = field(default_factory=list)  # slotune: req/s per replica planned, per window
 
 
 def two_days(requests: Sequence[PlannedRequest], pass_s: float) -> tuple[PlannedRequest, ...]:

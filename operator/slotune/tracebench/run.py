@@ -139,6 +139,7 @@ def _slotune(case: TraceCase, setup: _Setup) -> Replayed:
     replayed = replay("slotune", "tuned", "", setup.deployment, start, setup.requests, setup.planned.duration_s,
                       case.startup_s, case.window_s, case.max_replicas, driver.decide, record_itl=True)
     replayed.capacity_note = driver.capacity_note()
+    replayed.planned_per_replica = driver.per_replica
     return replayed
 
 

@@ -30,6 +30,7 @@ class SlotuneDriver:
         self.tuner: Tuner | None = None
         self.backend: TraceDeployment | None = None
         self.phases: list[str] = []
+        self.per_replica: list[float] = []  # capacity control's planned requests/s per replica, after each window
 
     def decide(self, simulation: TraceSimulation, view: FleetView) -> RuntimeConfig:
         if self.backend is None:
@@ -44,6 +45,8 @@ class SlotuneDriver:
             if self.backend.unread is None:
                 break
         self.phases.append(state.phase.value if state is not None else "")
+        capacity = state.capacity if state is not None else None
+        self.per_replica.append(capacity.per_replica_per_s if capacity is not None else 0.0)
         return simulation.config
 
     def capacity_note(self) -> str:

@@ -3,6 +3,7 @@ capacity slotune planned with, only when the goal check finds the cost short."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from slotune.snapshot import MetricsSnapshot, Source
@@ -15,10 +16,10 @@ from slotune.tracebench.why import mean_replicas, shortfall
 PASS_S = 600.0
 
 
-def replayed(strategy: str, engine: str, replicas: list[int], note: str = "") -> Replayed:
+def replayed(strategy: str, engine: str, replicas: list[int], note: str = "", rate_per_s: float = 1.0) -> Replayed:
     run = Replayed(strategy, engine, "", (), PASS_S, final_config="seqs=64", capacity_note=note)
     snapshot = MetricsSnapshot(Source.SIMULATOR, 60.0, 60)
-    run.windows = [WindowPoint(60.0 * (i + 1), 1.0, n, 0, 0.0, snapshot) for i, n in enumerate(replicas)]
+    run.windows = [WindowPoint(60.0 * (i + 1), rate_per_s, n, 0, 0.0, snapshot) for i, n in enumerate(replicas)]
     return run
 
 
@@ -50,6 +51,24 @@ def test_a_short_cost_says_how_many_replicas_ran_and_what_capacity_was_planned_w
     assert "slotune ran 4.0 replicas on average in pass 2" in line
     assert "static-peak (default) 3.0" in line and "static-peak (oracle) 3.0" in line
     assert "6.00 req/s per replica" in line and "default 8.00" in line
+
+
+def test_the_excess_splits_into_replicas_ahead_of_the_load_and_capacity_not_counted_on() -> None:
+    short = result(1.30)
+    ours = short.runs[0]
+    ours.windows = [replace(w, arrival_rate_per_s=14.0) for w in ours.windows]
+    ours.planned_per_replica = [6.0] * len(ours.windows)  # 14 req/s at 6 each: 3 replicas; at the oracle's 8: 2
+    checked = check(short.figures)
+    assert checked is not None
+    line = shortfall(short, checked)
+    assert "needed 3.0 replicas on average at the capacity slotune planned with and 2.0 at the oracle" in line
+    assert "+1.0 replicas ran ahead of the measured load" in line and "+1.0 for planning under" in line
+
+
+def test_without_a_planned_capacity_per_window_the_split_is_left_out() -> None:
+    short = result(1.30)
+    checked = check(short.figures)
+    assert checked is not None and "ran ahead" not in shortfall(short, checked)
 
 
 def test_nothing_is_said_when_the_cost_meets_the_goal() -> None:

@@ -97,7 +97,9 @@ def retry_patch(deployment: dict[str, Any] | None, replicas: int, now_s: float) 
     if annotations.get(REQUESTED_ANNOTATION) != str(replicas) or _replicas(deployment, replicas) >= replicas:
         return None
     at = annotations.get(RETRY_AT_ANNOTATION)
-    if at is None or datetime.fromisoformat(at).timestamp() > now_s:
+    if at is None and FITTED_GENERATION_ANNOTATION not in annotations:
+        return None
+    if at is not None and datetime.fromisoformat(at).timestamp() > now_s:  # none: fitted before retries existed
         return None
     return {"metadata": {"annotations": {FITTED_GENERATION_ANNOTATION: None, RETRY_AT_ANNOTATION: None,
                                          RETRIES_ANNOTATION: str(_retries(deployment) + 1)}},

@@ -105,7 +105,8 @@ def test_the_requested_count_is_asked_for_again_once_the_retry_is_due() -> None:
                      "spec": {"replicas": 4}}
     assert kube_fit.retry_patch(waiting, 8, NOW + 600) is None  # another request than the one fitted
     assert kube_fit.retry_patch(fitted(4, 4, 0, "2027-01-15T08:00:00Z"), 4, NOW) is None  # it runs the full count
-    assert kube_fit.retry_patch(deployment(2, 4, generation=3), 4, NOW) is None  # fitted before retries existed
+    assert kube_fit.retry_patch(deployment(2, 2, None), 4, NOW) is None  # never fitted: another count asked
+    assert kube_fit.retry_patch(deployment(2, 4, generation=3), 4, NOW) is not None  # fitted before retries existed
     assert kube_fit.retry_patch(None, 4, NOW) is None
 
 

@@ -79,6 +79,11 @@ class OperatorSettings:
     unschedulable_grace_s: float = 30.0
     """How long a new pod may stay unschedulable (waiting for GPUs a terminating pod still holds) before the
     rollout counts as failed."""
+    fit_retry_s: float = 600.0
+    """After a Deployment was scaled to the pods that fit (backends.kube_fit), how long until the requested count
+    is asked for again; doubled after each retry that did not fit, up to fit_retry_max_s."""
+    fit_retry_max_s: float = 3600.0
+    """The longest wait between two retries of the requested count."""
 
     network_policy_clients: str = DEFAULT_NETWORK_POLICY_CLIENTS
     """JSON list of the NetworkPolicyPeers admitted to the runtime pods' serving port (the operator alone reaches the
@@ -110,6 +115,8 @@ _ENV = {
     "workers": "SLOTUNE_WORKERS",
     "rollout_timeout_s": "SLOTUNE_ROLLOUT_TIMEOUT_S",
     "unschedulable_grace_s": "SLOTUNE_UNSCHEDULABLE_GRACE_S",
+    "fit_retry_s": "SLOTUNE_FIT_RETRY_S",
+    "fit_retry_max_s": "SLOTUNE_FIT_RETRY_MAX_S",
     "network_policy_clients": "SLOTUNE_NETWORK_POLICY_CLIENTS",
 }
 
@@ -130,7 +137,7 @@ def _convert(name: str, text: str) -> object:
         return Path(text) if text else None
     if name in {"workers", "metrics_port"}:
         return int(text)
-    if name in {"tick_s", "rollout_timeout_s", "unschedulable_grace_s"}:
+    if name in {"tick_s", "rollout_timeout_s", "unschedulable_grace_s", "fit_retry_s", "fit_retry_max_s"}:
         return float(text)
     return text
 
@@ -162,6 +169,8 @@ def _validated(settings: OperatorSettings) -> OperatorSettings:
         raise ValueError("SLOTUNE_WORKERS must be at least 1")
     if min(settings.tick_s, settings.rollout_timeout_s, settings.unschedulable_grace_s) <= 0:
         raise ValueError("SLOTUNE_TICK_S, SLOTUNE_ROLLOUT_TIMEOUT_S and SLOTUNE_UNSCHEDULABLE_GRACE_S must be positive")
+    if not 0 < settings.fit_retry_s <= settings.fit_retry_max_s:
+        raise ValueError("SLOTUNE_FIT_RETRY_S must be positive and at most SLOTUNE_FIT_RETRY_MAX_S")
     if settings.network_policy_clients and not isinstance(json.loads(settings.network_policy_clients), list):
         raise ValueError("SLOTUNE_NETWORK_POLICY_CLIENTS must be a JSON list of NetworkPolicyPeer objects or empty")
     return settings

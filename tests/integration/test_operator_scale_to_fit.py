@@ -1,12 +1,14 @@
 """Nothing stays pending, on the real control plane with the operator process: a TunedModel asking for more than
 the cluster has (1,024 replicas of 8 GPUs; a ResourceQuota of 2 pods against 4 replicas) ends Degraded with a status
 that says it was scaled to what fits and what was requested, its Deployment at the placed count, and no Pending pod
-of it in the scheduler's queue."""
+of it in the scheduler's queue. After a backoff the requested count is asked for again: fitted again while the quota
+holds, taken back (Degraded cleared) once the quota is raised."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -22,11 +24,25 @@ def namespace(kube) -> Iterator[str]:
         yield name
 
 
+OPERATOR_ENV = {"SLOTUNE_PROMETHEUS_URL": "", "SLOTUNE_UNSCHEDULABLE_GRACE_S": "15", "SLOTUNE_ROLLOUT_TIMEOUT_S": "600"}
+
+
+def retry_at(retry: int) -> str:
+    """The status' words for when the requested count is asked for again, as a pattern."""
+    return r"asked for again at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(retry " + str(retry) + r"\)"
+
+
 @pytest.fixture
 def operator(kube, tmp_path) -> Iterator[OperatorProcess]:
-    process = OperatorProcess(kube.kubeconfig, tmp_path / "operator", {
-        "SLOTUNE_PROMETHEUS_URL": "", "SLOTUNE_UNSCHEDULABLE_GRACE_S": "15", "SLOTUNE_ROLLOUT_TIMEOUT_S": "600"})
-    with process:
+    with OperatorProcess(kube.kubeconfig, tmp_path / "operator", OPERATOR_ENV) as process:
+        yield process
+
+
+@pytest.fixture
+def retrying_operator(kube, tmp_path) -> Iterator[OperatorProcess]:
+    """Retries of the requested count 10 s after a fit, then 20 s (the cap) after each that did not fit."""
+    with OperatorProcess(kube.kubeconfig, tmp_path / "operator", OPERATOR_ENV | {
+            "SLOTUNE_FIT_RETRY_S": "10", "SLOTUNE_FIT_RETRY_MAX_S": "20"}) as process:
         yield process
 
 
@@ -40,11 +56,12 @@ def phases(kube, namespace: str, name: str) -> dict[str, int]:
     return found
 
 
-def degraded(kube, namespace: str, name: str, operator: OperatorProcess) -> dict:
+def degraded(kube, namespace: str, name: str, operator: OperatorProcess,
+             saying: Callable[[str], bool] = lambda message: True) -> dict:
     def ended() -> dict | None:
         tm = get(kube, "tunedmodel", name, namespace)
         found = condition(tm, "Degraded")
-        return tm if found and found["status"] == "True" else None
+        return tm if found and found["status"] == "True" and saying(found["message"]) else None
     return wait_for(ended, 300, "Degraded=True", describe=operator.log_tail)
 
 
@@ -75,3 +92,37 @@ def test_a_quota_scales_the_deployment_to_the_pods_it_admits(kube, namespace, op
                           and d.get("status", {}).get("readyReplicas") == 2 and d, 120, "2 ready pods")
     assert deployment["spec"]["replicas"] == 2
     assert phases(kube, namespace, "quota") == {"Running": 2}
+
+
+def test_a_raised_quota_gives_back_the_requested_replicas_at_the_next_retry(kube, namespace, retrying_operator) -> None:
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "pods", "namespace": namespace},
+             "spec": {"hard": {"pods": "2"}}}
+    apply(kube, quota)
+    apply(kube, tunedmodel("back", namespace, replicas=4, tuning={"mode": "off"}))
+    tm = degraded(kube, namespace, "back", retrying_operator)
+    assert "scaled to 2 of 4 requested replicas" in tm["status"]["message"], tm["status"]
+    assert re.search(retry_at(1), tm["status"]["message"]), tm["status"]  # the status says when
+
+    # The first retry asks for 4 again; the quota still admits 2: fitted again, the next retry later.
+    tm = degraded(kube, namespace, "back", retrying_operator, lambda m: re.search(retry_at(2), m) is not None)
+    assert "scaled to 2 of 4 requested replicas" in tm["status"]["message"], tm["status"]
+    deployment = get(kube, "deployment", "back-runtime", namespace)
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["metadata"]["annotations"]["slotune.io/fit-retries"] == "1"
+
+    apply(kube, quota | {"spec": {"hard": {"pods": "4"}}})
+
+    def taken_back() -> dict | None:
+        found = get(kube, "tunedmodel", "back", namespace)
+        degraded_now = condition(found, "Degraded")
+        d = get(kube, "deployment", "back-runtime", namespace)
+        running = d and d["spec"]["replicas"] == 4 and d.get("status", {}).get("readyReplicas") == 4
+        healthy = degraded_now and degraded_now["status"] == "False" and found["status"].get("phase") == "Measuring"
+        return found if running and healthy else None
+    tm = wait_for(taken_back, 300, "4 ready replicas and Degraded=False", describe=lambda: "\n".join(
+        (json.dumps(get(kube, "tunedmodel", "back", namespace)["status"].get("conditions")),
+         retrying_operator.log_tail())))
+    assert tm["status"]["config"]["replicas"] == 4
+    annotations = get(kube, "deployment", "back-runtime", namespace)["metadata"]["annotations"]
+    assert "slotune.io/fit-retries" not in annotations and "slotune.io/fit-retry-at" not in annotations
+    assert phases(kube, namespace, "back") == {"Running": 4}

@@ -96,7 +96,7 @@ def new_token() -> str:
 class KubernetesBackend:
     def __init__(self, api: KubeAPI, tm: TunedModel, settings: OperatorSettings,
                  record: Callable[[str, str, bool], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
         self.api = api
         self.tm = tm
         self.settings = settings
@@ -104,6 +104,7 @@ class KubernetesBackend:
         self.namespace = tm.metadata.namespace or "default"
         self._record = record or (lambda reason, message, warning: None)
         self._clock = clock
+        self._wall = wall  # the fit retry's time outlives this process: wall clock, on the Deployment (kube_fit)
         self._waiting_since: dict[str, float] = {}  # what -> when first seen not there yet (rollout, pod address)
         self._seen: dict[str, dict[str, Any] | None] | None = None  # the Deployment as read in this look (one_look)
 
@@ -253,6 +254,8 @@ class KubernetesBackend:
         key = f"rollout:{config.key()}"
         if state.done:
             self._forget("rollout:", "unschedulable")
+            if (reset := kube_fit.reset_patch(deployment)) is not None:  # the full count runs: backoff from the start
+                self._patch_deployment(reset)
             return None
         pods = None if state.problem else self.pods()  # one list per look, for both kinds of problem
         problem = state.problem or pod_problem_of(pods or [], transient=False)
@@ -264,21 +267,37 @@ class KubernetesBackend:
         if problem is None and self._waited(key) > self.settings.rollout_timeout_s:
             problem = f"rollout not finished after {self.settings.rollout_timeout_s:.0f} s"
         if problem is not None and problem is unschedulable and deployment is not None:
-            problem = self._scale_to_fit(config, pods if pods is not None else self.pods(), problem)
+            problem = self._scale_to_fit(config, deployment, pods if pods is not None else self.pods(), problem)
         if problem is not None:
             self._forget("rollout:", "unschedulable")
             self._record("RolloutFailed", problem, True)
             return ApplyResult.failure(problem, crashed=True)
         return ApplyResult.rolling_out(unschedulable or state.progress or "rollout in progress")
 
-    def _scale_to_fit(self, config: RuntimeConfig, pods: list[dict[str, Any]], problem: str) -> str:
+    def _scale_to_fit(self, config: RuntimeConfig, deployment: dict[str, Any], pods: list[dict[str, Any]],
+                      problem: str) -> str:
         """Pods still unschedulable (or uncreatable) past their grace: scale to the pods placed (kube_fit)."""
-        result = kube_fit.fit(config.replicas, pods, problem)
-        self._wrote()
-        self.api.merge_patch(object_path("Deployment", self.namespace, self.names.deployment),
-                             kube_fit.fit_patch(result, self.tm.metadata.generation or 1))
+        result = kube_fit.fit(config.replicas, pods, problem, deployment, kube_fit.FitBackoff.of(self.settings),
+                              self._wall())
+        self._patch_deployment(kube_fit.fit_patch(result, self.tm.metadata.generation or 1))
         self._record("ScaledToFit", result.message(), True)
         return result.message()
+
+    def retry_fit(self, config: RuntimeConfig) -> str | None:
+        """Where `config`'s replicas were scaled to what fits and the retry is due, ask for all of them again (the
+        rollout then fits again past the grace, or runs them); what was done, else None."""
+        deployment = self.deployment()
+        patch = kube_fit.retry_patch(deployment, config.replicas, self._wall())
+        if patch is None:
+            return None
+        fitted = (deployment or {}).get("spec", {}).get("replicas", 0)
+        self._patch_deployment(patch)
+        return (f"asking for the {config.replicas} requested replicas again (retry "
+                f"{patch['metadata']['annotations'][kube_fit.RETRIES_ANNOTATION]}; {fitted} fitted)")
+
+    def _patch_deployment(self, patch: dict[str, Any]) -> None:
+        self._wrote()
+        self.api.merge_patch(object_path("Deployment", self.namespace, self.names.deployment), patch)
 
     def _waited(self, what: str) -> float:
         """Seconds since `what` was first seen pending, on this operator (a restart starts the clock again)."""

@@ -163,6 +163,12 @@ class _Timed:
     def ready(self) -> bool:
         return self.run.backend.ready()
 
+    def retry_fit(self, config: RuntimeConfig) -> str | None:
+        retried = self.run.backend.retry_fit(config)
+        if retried is not None:
+            self.run.changed_at_s = self.run._clock()
+        return retried
+
     def start_canary(self, running: RuntimeConfig, candidate: RuntimeConfig) -> CanaryStart | None:
         started = self.run.backend.start_canary(running, candidate)
         if started is not None and started.result.changed:

@@ -53,6 +53,13 @@ def replica_counts(backend: object, running: RuntimeConfig) -> ReplicaCounts:
     return reader() if reader is not None else ReplicaCounts(ready=running.replicas, starting=0)
 
 
+def retry_fit(backend: object, config: RuntimeConfig) -> str | None:
+    """A backend that scaled `config`'s replicas down to what the cluster placed (a `retry_fit()` method:
+    backends.kube_fit) asks for all of them again once its backoff is due: what it did, else None."""
+    retry = getattr(backend, "retry_fit", None)
+    return retry(config) if retry is not None else None
+
+
 class WindowOpen(Exception):
     """The window to judge has not ended yet; step again at `ends_at_s` (unix seconds)."""
 

@@ -2,13 +2,15 @@
 windows the loop came to rest on (loop.shift: a stated test per statistic); a shift is recorded in the history and
 tuning resumes from the current config with a fresh budget: more capacity or other knobs when the SLO now misses,
 fewer replicas (the policy's trims) when the load fell and it still holds. Infeasible and Degraded also re-open
-when the spec's SLO or tuning changes.
+when the spec's SLO or tuning changes, and Degraded when the backend had scaled the replicas to what fits and its
+retry is due: the config is rolled out again as at the start, Degraded again only if it still does not fit.
 """
 
 from __future__ import annotations
 
 from slotune.api.status import Observed, Phase, Verdict
 from slotune.loop.capacity import CapacityControlStep
+from slotune.loop.protocols import retry_fit
 from slotune.loop.shift import MAX_REFERENCE, LoadShift, WindowLoad, detect_shift
 from slotune.loop.state import HistoryRecord, TuningState, now_utc
 from slotune.snapshot import MetricsSnapshot
@@ -22,6 +24,9 @@ class ReopenStep(CapacityControlStep):
         the rate it was declared at has passed."""
         if state.convergence.spec_key and state.convergence.spec_key != self.problem.key:
             return self._save(self._reopened(state, "the spec changed", same_workload=True))
+        if state.phase is Phase.DEGRADED and (retried := retry_fit(self.backend, state.current)) is not None:
+            return self._save(state.evolve(phase=Phase.DEPLOYING, rollout=state.current, message=retried,
+                                           failed_keys=state.learned.failed_keys - {state.current.key()}))
         capacity = self._capacity_on()
         if state.phase is Phase.DEGRADED or not (state.convergence.load_reference or capacity):
             return state

@@ -87,10 +87,18 @@ class Bandwidth:
 def weight_bytes_per_token(model: nn.Module) -> int:
     """Bytes a batch-1 decode step reads: every weight storage once, except an untied embedding (one row)."""
     total = weight_bytes(model)
-    embedding, head = model.embed_tokens.weight, getattr(model.lm_head, "weight", None)
+    embedding, head = _table(model.embed_tokens), _table(model.lm_head)
     if head is None or embedding.untyped_storage().data_ptr() != head.untyped_storage().data_ptr():
         total -= embedding.untyped_storage().nbytes()
     return total
+
+
+def _table(module: nn.Module) -> torch.Tensor | None:
+    """The weight of an embedding or head: full precision, or the int8 table a quantized one holds."""
+    for name in ("weight", "weight_q", "weight_int8"):
+        if isinstance(getattr(module, name, None), torch.Tensor):
+            return getattr(module, name)
+    return None
 
 
 def engine_decode_ms(engine: LLMEngine, prompt: list[int], max_tokens: int) -> float:

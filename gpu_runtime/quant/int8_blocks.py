@@ -9,7 +9,9 @@ agreement 96.5-96.7% in all three). Blocks cost 4 bytes of scale per 32 int8 wei
 A row w[o, :] is stored as round(w[o, b] / s[o, b]) for each block b of 32 inputs with s[o, b] = max|w[o, b]| / 127;
 a row whose length 32 does not divide is one block. On CPU with fp32 activations the product runs in
 gpu_runtime/model/cpu_kernels.c (`gemm_i8_blocks`, the weight read once for all rows, fp32 sums); elsewhere (CUDA,
-bf16, no C compiler) the weight is dequantized into the activation dtype inside the forward.
+bf16, no C compiler) the weight is dequantized into the activation dtype inside the forward, DEQUANT_ROWS output rows
+at a time: a whole dequantized head is a large transient (Llama-3-8B's: 1 GB in bf16) on a GPU whose free memory
+went to the KV cache.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from gpu_runtime.model.cpu_kernels import kernels
 from gpu_runtime.quant.int8 import INT8_MAX
 
 BLOCK = 32
+DEQUANT_ROWS = 8192  # output rows dequantized at once outside the C kernel (64 MB of bf16 at 4096 inputs)
 
 
 def block_size(in_features: int) -> int:
@@ -62,7 +65,8 @@ class Int8BlockLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self._c_product(x)
         if y is None:
-            y = nn.functional.linear(x, dequantize_blocks(self.weight_int8, self.scale.to(x.dtype)))
+            y = torch.cat([nn.functional.linear(x, dequantize_blocks(q, s.to(x.dtype))) for q, s in zip(
+                self.weight_int8.split(DEQUANT_ROWS), self.scale.split(DEQUANT_ROWS), strict=True)], dim=-1)
         return y if self.bias is None else y + self.bias.to(x.dtype)
 
     def _c_product(self, x: torch.Tensor) -> torch.Tensor | None:

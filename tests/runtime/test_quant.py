@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from gpu_runtime.checkpoint.builtin import build_checkpoint
+from gpu_runtime.model import cpu_kernels
 from gpu_runtime.quant import (
     Fp8Linear,
     Fp8UnsupportedError,
@@ -25,6 +27,7 @@ from gpu_runtime.quant import (
     Int8Linear,
     QuantizedEmbedding,
     QuantScheme,
+    int8_blocks,
     parse_scheme,
     quantize_model,
     requantize,
@@ -173,8 +176,15 @@ def test_int8_block_linear_matches_the_dequantized_weight(in_features: int) -> N
     steps = q.scale.repeat_interleave(size, dim=1)
     assert ((dequant - linear.weight).abs() <= steps / 2 + 1e-7).all()  # rounding to the nearest step of its block
     x = torch.randn(2, 5, in_features)
+    expected = torch.nn.functional.linear(x, dequant, linear.bias)
     with torch.no_grad():
-        torch.testing.assert_close(q(x), torch.nn.functional.linear(x, dequant, linear.bias), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(q(x), expected, rtol=1e-5, atol=1e-5)  # the C kernel where it builds
+        previous = cpu_kernels.set_enabled(False)
+        try:
+            with patch.object(int8_blocks, "DEQUANT_ROWS", 16):  # the torch path, dequantized 16 rows at a time
+                torch.testing.assert_close(q(x), expected, rtol=1e-5, atol=1e-5)
+        finally:
+            cpu_kernels.set_enabled(previous)
     assert QuantizedEmbedding(q.weight_int8, q.scale, torch.float32)(torch.tensor([3, 7])).equal(dequant[[3, 7]])
 
 

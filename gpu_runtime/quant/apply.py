@@ -5,8 +5,11 @@ embedding and the output head are quantized too depends on the scheme. fp8 keeps
 vLLM does: their per-row rounding reaches the logits undiluted (measured on a small trained model,
 tests/runtime/test_quant.py: mean logit error 0.66% and 99.5% top-1 agreement with them, 0.44% and 100% without).
 int8 quantizes them, as llama.cpp's Q8_0 does, with one scale per block of 32 inputs (gpu_runtime.quant.int8_blocks,
-where the effect on SmolLM2's logits is measured): on a small model the head is a large share of the bytes a decode
-step reads (SmolLM2-135M: 113 of 220 MB with the head in fp32), so a CPU int8 step otherwise streams mostly fp32.
+where the effect on SmolLM2's logits is measured), where the C kernels run the head's product (an fp32 model on CPU
+with a C compiler): on a small model the head is a large share of the bytes a decode step reads (SmolLM2-135M: 113
+of 220 MB with the head in fp32), so a CPU int8 step otherwise streams mostly fp32. Elsewhere (CUDA, bf16, no
+compiler) an int8 head would be dequantized every step, which reads more than the full-precision head it replaces
+(and cost the PyTorch CPU path 60 ms a token on SmolLM2), so there they stay in the model's dtype.
 `quantize_embeddings` overrides the scheme's choice. A weight shared by several modules (tied embeddings) is
 quantized once and shared, or left alone when only one of its users would be. Switching schemes live never
 quantizes twice: `requantize` turns quantized layers back into empty full-precision shells, lets the engine's
@@ -23,6 +26,7 @@ from enum import StrEnum
 import torch
 from torch import nn
 
+from gpu_runtime.model.cpu_kernels import kernels
 from gpu_runtime.quant.embedding import QuantizedEmbedding
 from gpu_runtime.quant.fp8 import Fp8Linear, check_fp8_supported, quantize_fp8_per_channel
 from gpu_runtime.quant.int8 import Int8Linear, quantize_int8_per_channel
@@ -91,6 +95,10 @@ def _model_device(model: nn.Module) -> torch.device:
     return next(iter(model.state_dict().values())).device
 
 
+def _model_dtype(model: nn.Module) -> torch.dtype:
+    return next(p.dtype for p in model.parameters() if p.is_floating_point())
+
+
 class _SharedQuantizer:
     """Quantizes each distinct weight tensor once, so tied modules end up sharing one quantized tensor."""
 
@@ -134,7 +142,7 @@ def quantize_model(model: nn.Module, scheme: QuantScheme | str, quantize_embeddi
     quantize_embeddings None: the scheme's choice (`quantizes_embeddings`)."""
     scheme = parse_scheme(scheme) if isinstance(scheme, str) else scheme
     if quantize_embeddings is None:
-        quantize_embeddings = quantizes_embeddings(scheme)
+        quantize_embeddings = quantizes_embeddings(scheme, _model_device(model), _model_dtype(model))
     before = weight_bytes(model)
     if scheme is QuantScheme.NONE:
         return QuantReport(scheme, before, before, 0)
@@ -149,9 +157,10 @@ def quantize_model(model: nn.Module, scheme: QuantScheme | str, quantize_embeddi
     return QuantReport(scheme, before, weight_bytes(model), len(targets))
 
 
-def quantizes_embeddings(scheme: QuantScheme) -> bool:
-    """Whether `scheme` quantizes the token embedding and output head by default (see the module docstring)."""
-    return scheme is QuantScheme.INT8
+def quantizes_embeddings(scheme: QuantScheme, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether `scheme` quantizes the token embedding and output head by default: int8, where the C kernels run the
+    head's product (see the module docstring)."""
+    return scheme is QuantScheme.INT8 and device.type == "cpu" and dtype == torch.float32 and kernels() is not None
 
 
 def _shell(module: nn.Module) -> nn.Module:

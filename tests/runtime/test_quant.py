@@ -100,7 +100,7 @@ def trained() -> LlamaForCausalLM:
 def _compare(full: torch.nn.Module) -> tuple[torch.Tensor, float, float]:
     """(per-prompt relative L2 logit error, top-1 agreement, weight ratio) of int8 against `full`."""
     quant = copy.deepcopy(full)
-    report = quantize_model(quant, "int8")
+    report = quantize_model(quant, "int8", quantize_embeddings=True)  # as int8 runs on CPU with the C kernels
     ids = _prompts(full.config.vocab_size)
     ref, got = _last_logits(full, ids), _last_logits(quant, ids)
     rel_error = (got - ref).norm(dim=-1) / ref.norm(dim=-1)  # [B]
@@ -128,7 +128,9 @@ def test_int8_on_random_weights_stays_within_its_regression_bounds(checkpoint: P
 def test_bf16_weight_memory_with_embeddings_quantized(checkpoint: Path) -> None:
     model = _load(checkpoint, torch.bfloat16)
     layers_only = quantize_model(copy.deepcopy(model), "int8", quantize_embeddings=False)
-    full = quantize_model(model, "int8")  # int8's default: the embedding and the head too
+    default = quantize_model(copy.deepcopy(model), "int8")  # bf16: no C kernel runs an int8 head, so it stays bf16
+    assert default.weight_bytes_after == layers_only.weight_bytes_after
+    full = quantize_model(model, "int8", quantize_embeddings=True)
     assert full.weight_bytes_after <= MAX_WEIGHT_RATIO * full.weight_bytes_before
     assert full.weight_bytes_after < layers_only.weight_bytes_after < layers_only.weight_bytes_before
     assert isinstance(model.lm_head, Int8BlockLinear) and isinstance(model.model.embed_tokens, QuantizedEmbedding)
@@ -158,7 +160,7 @@ def test_tied_embeddings_stay_shared_and_are_quantized_once() -> None:
     model = LlamaForCausalLM(cfg).eval()
     untouched = quantize_model(copy.deepcopy(model), "int8", quantize_embeddings=False)
     assert untouched.weight_bytes_after <= MAX_WEIGHT_RATIO * untouched.weight_bytes_before
-    report = quantize_model(model, "int8")
+    report = quantize_model(model, "int8", quantize_embeddings=True)
     assert model.lm_head.weight_int8 is model.model.embed_tokens.weight_q
     assert model.lm_head.scale is model.model.embed_tokens.scale
     assert report.weight_bytes_after < untouched.weight_bytes_after
@@ -239,3 +241,22 @@ def test_parse_scheme(text: str | None, scheme: str) -> None:
 def test_parse_scheme_refuses_unknown_schemes() -> None:
     with pytest.raises(ValueError, match="choose one of: none, int8, fp8"):
         parse_scheme("awq")
+
+
+def test_int8_quantizes_the_head_by_default_only_where_the_c_kernels_run_it() -> None:
+    """Elsewhere an int8 head is dequantized every step: more bytes than the full-precision head it replaces."""
+    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).eval()
+    previous = cpu_kernels.set_enabled(False)
+    try:
+        without = copy.deepcopy(model)
+        quantize_model(without, "int8")
+    finally:
+        cpu_kernels.set_enabled(previous)
+    assert isinstance(without.lm_head, torch.nn.Linear) and without.lm_head.weight.dtype == torch.float32
+    if cpu_kernels.kernels() is None:
+        pytest.fail("no C compiler here: the C kernels' default cannot be checked")
+    quantize_model(model, "int8")
+    assert isinstance(model.lm_head, Int8BlockLinear)

@@ -123,8 +123,10 @@ def _measure_round(sides: parts.Sides, samples: Samples, prompt: list[int], max_
     samples.add("int8_ms", parts.engine_decode_ms(sides.int8, prompt, max_tokens))
     if sides.int8_fp32_head is not None:
         samples.add("int8_fp32_head_ms", parts.engine_decode_ms(sides.int8_fp32_head, prompt, max_tokens))
-    with parts.pytorch_path():  # int8 as before the C kernels: torch's int8 kernel on bf16 activations
-        samples.add("int8_torch_ms", parts.engine_decode_ms(sides.int8, prompt, max_tokens))
+    with parts.pytorch_path():  # int8 as before the C kernels: torch's int8 kernel on bf16 activations, and the
+        # head in fp32, as int8 is quantized where no C kernel runs an int8 head (gpu_runtime.quant.apply)
+        pytorch_int8 = sides.int8_fp32_head if sides.int8_fp32_head is not None else sides.int8
+        samples.add("int8_torch_ms", parts.engine_decode_ms(pytorch_int8, prompt, max_tokens))
     samples.add("hf_ms", parts.hf_decode_ms(sides.hf, prompt, max_tokens))
     samples.add("copy_bytes_per_s", bw.copy())
     if sides.llama_url:

@@ -137,7 +137,7 @@ def markdown(r: dict[str, Any]) -> str:
     lines += ["", "## int8 weights", "",
               f"Batch-1 decode: **{q['speedup_over_fp32']:.2f}x** the fp32 engine's tokens/s"
               + ("" if "speedup_over_pytorch_path" not in q else
-                 f", **{q['speedup_over_pytorch_path']:.2f}x** its PyTorch path")
+                 f", **{q['speedup_over_pytorch_path']:.2f}x** its PyTorch path (no compiler: the head in fp32)")
               + ("" if "speedup_over_fp32_head" not in q else
                  f", **{q['speedup_over_fp32_head']:.2f}x** int8 with the embedding and output head in fp32 (before "
                  "the int8 head)")

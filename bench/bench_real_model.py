@@ -121,8 +121,12 @@ def _measure_round(sides: parts.Sides, samples: Samples, prompt: list[int], max_
     samples.add("engine_row_major_ms", row_major_ms)
     samples.add("layout_speedup", row_major_ms / engine[0])  # paired within the round, like the bound
     samples.add("int8_ms", parts.engine_decode_ms(sides.int8, prompt, max_tokens))
-    with parts.pytorch_path():  # int8 as before the C kernels: torch's int8 kernel on bf16 activations
-        samples.add("int8_torch_ms", parts.engine_decode_ms(sides.int8, prompt, max_tokens))
+    if sides.int8_fp32_head is not None:
+        samples.add("int8_fp32_head_ms", parts.engine_decode_ms(sides.int8_fp32_head, prompt, max_tokens))
+    with parts.pytorch_path():  # int8 as before the C kernels: torch's int8 kernel on bf16 activations, and the
+        # head in fp32, as int8 is quantized where no C kernel runs an int8 head (gpu_runtime.quant.apply)
+        pytorch_int8 = sides.int8_fp32_head if sides.int8_fp32_head is not None else sides.int8
+        samples.add("int8_torch_ms", parts.engine_decode_ms(pytorch_int8, prompt, max_tokens))
     samples.add("hf_ms", parts.hf_decode_ms(sides.hf, prompt, max_tokens))
     samples.add("copy_bytes_per_s", bw.copy())
     if sides.llama_url:
@@ -148,6 +152,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     load_start = os.getloadavg()
     path = resolve_model(MODEL)
     engine, int8 = _engine(path), _engine(path, "int8")
+    int8_fp32_head = parts.int8_fp32_head(_engine(path))
     old = real_model_before.load()
     before = old.LLMEngine(old.EngineConfig(model=path, dtype="float32", device="cpu", knobs=old.SchedulerKnobs(
         enable_prefix_caching=False, max_num_seqs=64)))
@@ -158,7 +163,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with parts.llama_cpp_batch1(peer, path, args.threads) as llama_url, \
             parts.llama_cpp_q8(peer, path, args.threads) as llama_q8_url:
         sides = parts.Sides(engine, int8, parts.load_hf(path), parts.Bandwidth(weight_bytes), llama_url,
-                            weight_bytes, before, llama_q8_url)
+                            weight_bytes, before, llama_q8_url, int8_fp32_head)
         same_weights = parts.llama_cpp_same_greedy(engine, llama_url, prompt) if llama_url else None
         parts.engine_decode_ms(engine, prompt, 4)  # warm-up: first-call allocations
         parts.engine_decode_times(before, prompt, 4)
@@ -172,22 +177,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     _log("n-gram speculation")
     spec = parts.speculation(engine, SPEC_CONFIG, args.max_tokens, args.rounds)
     _log("int8 quality")
-    quality = parts.int8_quality(engine, int8, args.quality_tokens)
-    result = summarize(args, samples, engine, int8, weight_bytes, profile, streams, spec, quality, peer_missing,
-                       (load_start, os.getloadavg()))
+    quality = parts.int8_quality(engine, int8, args.quality_tokens, int8_fp32_head)
+    result = summarize(args, samples, (engine, int8, int8_fp32_head), weight_bytes, profile, streams, spec, quality,
+                       peer_missing, (load_start, os.getloadavg()))
     if same_weights is not None:
         result["llama_cpp"]["greedy_check"] = same_weights
     return result
 
 
-def summarize(args: argparse.Namespace, samples: Samples, engine: LLMEngine, int8: LLMEngine, weight_bytes: int,
-              profile: list[dict[str, Any]], streams: dict[str, Any], spec: list[dict[str, Any]],
+def summarize(args: argparse.Namespace, samples: Samples, engines: tuple[LLMEngine, LLMEngine, LLMEngine],
+              weight_bytes: int, profile: list[dict[str, Any]], streams: dict[str, Any], spec: list[dict[str, Any]],
               quality: dict[str, Any], peer_missing: str, loads: tuple[tuple[float, ...], tuple[float, ...]]
               ) -> dict[str, Any]:
+    """engines: fp32, int8, int8 with the embedding and head in fp32."""
+    engine, int8, int8_fp32_head = engines
     copy_bw, read_bw = samples.median("copy_bytes_per_s"), samples.median("read_bytes_per_s")
     bound_ms, read_bound_ms = weight_bytes / copy_bw * 1e3, weight_bytes / read_bw * 1e3
     engine_ms = samples.median("engine_ms")
     int8_bytes = parts.weight_bytes_per_token(int8.runner.model)
+    head_bytes = parts.weight_bytes_per_token(int8_fp32_head.runner.model)
 
     def side(name: str, key: str, bytes_read: int = weight_bytes) -> dict[str, Any]:
         ms = samples.median(key)
@@ -201,7 +209,9 @@ def summarize(args: argparse.Namespace, samples: Samples, engine: LLMEngine, int
               side("engine, torch's GEMV (MKL) instead of numpy's OpenBLAS", "mkl_ms"), side(before_name, "before_ms"),
               side("engine, row-major weights (before the fix)", "engine_row_major_ms"),
               side("engine, int8 weights", "int8_ms", int8_bytes),
-              side("engine, int8 weights, PyTorch path (before the C kernels)", "int8_torch_ms", int8_bytes),
+              side("engine, int8 weights, embedding and head in fp32 (before)", "int8_fp32_head_ms", head_bytes),
+              side("engine, int8 weights, PyTorch path (no C kernels: the int8 head dequantized every step)",
+                   "int8_torch_ms", int8_bytes),
               side("transformers generate (fp32)", "hf_ms")]
     if "llama_cpp_ms" in samples.values:
         batch1.append(side("llama.cpp server (F32 GGUF)", "llama_cpp_ms"))
@@ -212,7 +222,8 @@ def summarize(args: argparse.Namespace, samples: Samples, engine: LLMEngine, int
         "machine": parts.machine(loads, args.threads),
         "model": {"source": MODEL, "dtype": "float32",
                   "params": sum(p.numel() for p in engine.runner.model.parameters()),
-                  "weight_bytes_per_token": weight_bytes, "int8_weight_bytes_per_token": int8_bytes},
+                  "weight_bytes_per_token": weight_bytes, "int8_weight_bytes_per_token": int8_bytes,
+                  "int8_fp32_head_weight_bytes_per_token": head_bytes},
         "setup": {"rounds": args.rounds, "max_tokens": args.max_tokens, "stream_tokens": args.stream_tokens,
                   "quality_tokens": args.quality_tokens, "threads": args.threads, "streams": list(STREAMS),
                   "speculative_config": SPEC_CONFIG,
@@ -263,6 +274,7 @@ def summarize(args: argparse.Namespace, samples: Samples, engine: LLMEngine, int
         "speculative": spec,
         "int8": {"speedup_over_fp32": round(engine_ms / samples.median("int8_ms"), 2),
                  "speedup_over_pytorch_path": round(samples.median("int8_torch_ms") / samples.median("int8_ms"), 2),
+                 "speedup_over_fp32_head": round(samples.median("int8_fp32_head_ms") / samples.median("int8_ms"), 2),
                  "speedup_over_llama_cpp_q8": (round(samples.median("llama_cpp_q8_ms") / samples.median("int8_ms"), 2)
                                                if "llama_cpp_q8_ms" in samples.values else None), **quality},
         "prefill": _prefill_summary(samples),

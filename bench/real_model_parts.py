@@ -25,7 +25,7 @@ from bench.real_model_streams import stream_throughput
 from gpu_runtime.engine.llm_engine import LLMEngine, SamplingParams
 from gpu_runtime.model import cpu_blas, cpu_kernels
 from gpu_runtime.model.cpu_layout import use_decode_layout
-from gpu_runtime.quant.apply import weight_bytes
+from gpu_runtime.quant.apply import requantize, weight_bytes
 from gpu_runtime.server.chat import ChatTemplate
 from gpu_runtime.server.protocol import ChatMessage
 from slotune.quality.probe_set import PROBES
@@ -55,6 +55,7 @@ class Sides:
     weight_bytes: int
     before: Any = None  # the engine at bench.real_model_before.BEFORE_REV, same file and settings
     llama_q8_url: str | None = None  # llama.cpp on the same file requantized to Q8_0 (against our int8)
+    int8_fp32_head: LLMEngine | None = None  # int8 layers with the embedding and head in fp32, as before
 
 
 class Bandwidth:
@@ -87,10 +88,18 @@ class Bandwidth:
 def weight_bytes_per_token(model: nn.Module) -> int:
     """Bytes a batch-1 decode step reads: every weight storage once, except an untied embedding (one row)."""
     total = weight_bytes(model)
-    embedding, head = model.embed_tokens.weight, getattr(model.lm_head, "weight", None)
+    embedding, head = _table(model.embed_tokens), _table(model.lm_head)
     if head is None or embedding.untyped_storage().data_ptr() != head.untyped_storage().data_ptr():
         total -= embedding.untyped_storage().nbytes()
     return total
+
+
+def _table(module: nn.Module) -> torch.Tensor | None:
+    """The weight of an embedding or head: full precision, or the int8 table a quantized one holds."""
+    for name in ("weight", "weight_q", "weight_int8"):
+        if isinstance(getattr(module, name, None), torch.Tensor):
+            return getattr(module, name)
+    return None
 
 
 def engine_decode_ms(engine: LLMEngine, prompt: list[int], max_tokens: int) -> float:
@@ -303,10 +312,19 @@ def speculation(engine: LLMEngine, config: dict[str, Any], max_tokens: int, roun
     return rows
 
 
-def int8_quality(fp32: LLMEngine, int8: LLMEngine, max_tokens: int) -> dict[str, Any]:
+def int8_fp32_head(engine: LLMEngine) -> LLMEngine:
+    """The engine switched to int8 decoder layers with the embedding and output head kept in fp32 (the int8 scheme
+    before gpu_runtime.quant.int8_blocks), from the checkpoint."""
+    requantize(engine.runner.model, "int8", lambda _: engine.runner.reload_weights(), quantize_embeddings=False)
+    return engine
+
+
+def int8_quality(fp32: LLMEngine, int8: LLMEngine, max_tokens: int,
+                 fp32_head: LLMEngine | None = None) -> dict[str, Any]:
     """Greedy answers of the quality gate's probe set, int8 against fp32: token agreement and identical answers.
-    All probes at once (batched steps, torch's int8 kernel on bf16 activations), and one at a time (batch-1 steps)
-    through the C kernels (fp32 activations) and through the PyTorch path as before them."""
+    All probes at once (batched steps: the layers through torch's int8 kernel on bf16 activations, the head in C),
+    and one at a time (batch-1 steps) through the C kernels (fp32 activations) and through the PyTorch path; with
+    `fp32_head`, the same for int8 with the head in fp32 (before), all at once and one at a time."""
     template = ChatTemplate.from_model(Path(fp32.config.model))
     prompts = [fp32.tokenizer.encode(template.render([ChatMessage(**m) for m in p.messages()])) for p in PROBES]
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
@@ -314,9 +332,14 @@ def int8_quality(fp32: LLMEngine, int8: LLMEngine, max_tokens: int) -> dict[str,
     one_at_a_time = [int8.generate([p], params)[0] for p in prompts]
     with pytorch_path():
         one_at_a_time_before = [int8.generate([p], params)[0] for p in prompts]
-    return {**_agreement(reference, int8.generate(prompts, params), max_tokens),
-            "batch1": _agreement(reference, one_at_a_time, max_tokens),
-            "batch1_pytorch_path": _agreement(reference, one_at_a_time_before, max_tokens)}
+    result = {**_agreement(reference, int8.generate(prompts, params), max_tokens),
+              "batch1": _agreement(reference, one_at_a_time, max_tokens),
+              "batch1_pytorch_path": _agreement(reference, one_at_a_time_before, max_tokens)}
+    if fp32_head is not None:
+        result["fp32_head"] = _agreement(reference, fp32_head.generate(prompts, params), max_tokens)
+        result["fp32_head_batch1"] = _agreement(reference, [fp32_head.generate([p], params)[0] for p in prompts],
+                                                max_tokens)
+    return result
 
 
 def _agreement(reference: list[list[int]], candidate: list[list[int]], max_tokens: int) -> dict[str, Any]:

@@ -137,12 +137,17 @@ def markdown(r: dict[str, Any]) -> str:
     lines += ["", "## int8 weights", "",
               f"Batch-1 decode: **{q['speedup_over_fp32']:.2f}x** the fp32 engine's tokens/s"
               + ("" if "speedup_over_pytorch_path" not in q else
-                 f", **{q['speedup_over_pytorch_path']:.2f}x** its PyTorch path before the C kernels")
+                 f", **{q['speedup_over_pytorch_path']:.2f}x** its PyTorch path (no compiler: the head in fp32)")
+              + ("" if "speedup_over_fp32_head" not in q else
+                 f", **{q['speedup_over_fp32_head']:.2f}x** int8 with the embedding and output head in fp32 (before "
+                 "the int8 head)")
               + f". Quality against fp32, greedy, the quality gate's {q['probes']} probe conversations, "
               f"{q['quality_tokens']} tokens each, all at once (batched steps): {_agreement_text(q)}."
               + "".join(f" {name}: {_agreement_text(q[key])}." for key, name in (
                   ("batch1", "One at a time (batch-1 steps, the C kernels)"),
-                  ("batch1_pytorch_path", "One at a time on the PyTorch path (before)")) if key in q)
+                  ("batch1_pytorch_path", "One at a time on the PyTorch path"),
+                  ("fp32_head", "With the embedding and head in fp32 (before), all at once"),
+                  ("fp32_head_batch1", "With the embedding and head in fp32 (before), one at a time")) if key in q)
               + ("" if q.get("speedup_over_llama_cpp_q8") is None else
                  f" Against llama.cpp's server on the same weights in Q8_0 (its 8-bit format): "
                  f"**{q['speedup_over_llama_cpp_q8']:.2f}x** (above 1 = the engine is faster)."),

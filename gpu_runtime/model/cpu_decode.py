@@ -3,13 +3,15 @@
 At batch 1 on CPU an eager step is ~25 small torch ops per layer, ~10 us each, next to GEMVs of a few hundred
 microseconds: on SmolLM2 (30 layers) the ops cost about as much as streaming the weights. `Batch1Decoder` hands the
 layers' weight, norm and KV cache addresses to gpu_runtime/model/cpu_kernels.c once, then runs a step as one
-embedding row copy, one C call and the model's own final norm and LM head. The C code computes what
-gpu_runtime.model.llama does for one token over contiguous KV slots (the engine's usual case), in fp32 with the
-additions in another order: logits agree to ~1e-6 and greedy tokens are the same (tests/runtime/test_cpu_decode.py).
+embedding row copy, one C call and the model's own final norm and LM head (whose int8 form runs in C by itself,
+gpu_runtime.quant.int8_blocks). The C code computes what gpu_runtime.model.llama does for one token over contiguous
+KV slots (the engine's usual case), in fp32 with the additions in another order: logits agree to ~1e-6 and greedy
+tokens are the same (tests/runtime/test_cpu_decode.py).
 
 Supported: fp32 CPU models whose projections are fp32 in the column-major decode layout or Int8Linear (int8
-weights are multiplied with fp32 activations here, where torch's CPU kernel rounds them to bf16). Anything else
-(bf16, CUDA, fp8, row-major weights, biases outside qkv) builds no decoder and keeps the PyTorch path.
+weights are multiplied with fp32 activations here, where torch's CPU kernel rounds them to bf16), with an fp32 or
+int8 embedding (gpu_runtime.quant.embedding). Anything else (bf16, CUDA, fp8, row-major weights, biases outside qkv)
+builds no decoder and keeps the PyTorch path.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from torch import nn
 
 from gpu_runtime.model.attention import RopeTables
 from gpu_runtime.model.cpu_kernels import Layer, Shape, kernels
+from gpu_runtime.quant.embedding import QuantizedEmbedding
 from gpu_runtime.quant.int8 import Int8Linear
 
 MAX_HEAD_DIM = 512  # the C rope's stack buffer
@@ -36,6 +39,13 @@ def _projection(module: nn.Module) -> tuple[int, int] | None:
         ok = weight.dtype == torch.float32 and weight.device.type == "cpu" and weight.t().is_contiguous()
         return (weight.data_ptr(), 0) if ok else None
     return None
+
+
+def _embedding_ok(module: nn.Module) -> bool:
+    if isinstance(module, QuantizedEmbedding):
+        return module.weight_q.dtype == torch.int8 and module.weight_q.device.type == "cpu" and \
+            _fp32_cpu(module.scale)
+    return isinstance(module, nn.Embedding)
 
 
 def _fp32_cpu(tensor: torch.Tensor | None) -> bool:
@@ -68,7 +78,7 @@ class Batch1Decoder:
         lib = kernels()
         if lib is None or not kv_caches or not _fp32_cpu(rope.cos) or model.config.head_dim > MAX_HEAD_DIM:
             return None
-        if not isinstance(model.embed_tokens, nn.Embedding) or not _fp32_cpu(model.norm.weight):
+        if not _embedding_ok(model.embed_tokens) or not _fp32_cpu(model.norm.weight):
             return None
         layers = [_layer(layer, kv) for layer, kv in zip(model.layers, kv_caches, strict=True)]
         if any(layer is None for layer in layers):
@@ -78,7 +88,13 @@ class Batch1Decoder:
     def hidden(self, token_id: int, position: int, slot: int, key_slot: int, num_keys: int) -> torch.Tensor:
         """Final hidden state [1, hidden] of one token at `position`, its K/V written at `slot`, attending to the
         contiguous cache slots [key_slot, key_slot + num_keys)."""
-        self._x.copy_(self._model.embed_tokens.weight[token_id])
+        embedding = self._model.embed_tokens
+        if isinstance(embedding, QuantizedEmbedding):  # the product QuantizedEmbedding.forward computes, in place
+            scale = embedding.scale[token_id].view(-1, 1)  # [blocks, 1]; one block where the scale is per row
+            blocks = scale.shape[0]
+            torch.mul(embedding.weight_q[token_id].view(blocks, -1), scale, out=self._x.view(blocks, -1))
+        else:
+            self._x.copy_(embedding.weight[token_id])
         cos, sin = self._rope.cos[position], self._rope.sin[position]
         self._lib.decode_layers(self._layers, len(self._layers), ctypes.byref(self._shape), self._x.data_ptr(),
                                 cos.data_ptr(), sin.data_ptr(), slot, key_slot, num_keys, self._scratch.data_ptr())

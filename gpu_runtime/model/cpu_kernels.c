@@ -6,8 +6,9 @@ faster than fp32 on AVX2-only cores. Here one call runs a whole decoder layer fo
 weight stream plus a few microseconds per layer.
 
 Weights: fp32 projections are read in the [in, out] storage the model keeps them in (gpu_runtime.model.cpu_layout),
-int8 projections in their [out, in] storage with one fp32 scale per output row (gpu_runtime.quant.int8). Every sum is
-fp32; only the order of the additions differs from torch's kernels.
+int8 projections in their [out, in] storage with one fp32 scale per output row (gpu_runtime.quant.int8), an int8
+output head with one scale per block of inputs (gpu_runtime.quant.int8_blocks). Every sum is fp32; only the order of
+the additions differs from torch's kernels.
 */
 #include <math.h>
 #include <stddef.h>
@@ -60,10 +61,45 @@ static float dot_i8(const float *restrict x, const int8_t *restrict q, int n) {
     return acc;
 }
 
+/* sum over blocks g of (x[g] . q[g]) * scale[g], 32-element blocks: each block's four products go into one vector
+   that is scaled into two alternating accumulators (one would wait on the previous block's FMA), summed once. */
+static float dot_i8_blocks32(const float *restrict x, const int8_t *restrict q, const float *restrict scale,
+                             int groups) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    int g = 0;
+    for (; g + 2 <= groups; g += 2) {
+        const float *xg = x + g * 32;
+        const int8_t *qg = q + g * 32;
+        __m256 p0 = _mm256_mul_ps(_mm256_loadu_ps(xg), widen(qg));
+        __m256 p1 = _mm256_mul_ps(_mm256_loadu_ps(xg + 32), widen(qg + 32));
+        p0 = _mm256_fmadd_ps(_mm256_loadu_ps(xg + 8), widen(qg + 8), p0);
+        p1 = _mm256_fmadd_ps(_mm256_loadu_ps(xg + 40), widen(qg + 40), p1);
+        p0 = _mm256_fmadd_ps(_mm256_loadu_ps(xg + 16), widen(qg + 16), p0);
+        p1 = _mm256_fmadd_ps(_mm256_loadu_ps(xg + 48), widen(qg + 48), p1);
+        p0 = _mm256_fmadd_ps(_mm256_loadu_ps(xg + 24), widen(qg + 24), p0);
+        p1 = _mm256_fmadd_ps(_mm256_loadu_ps(xg + 56), widen(qg + 56), p1);
+        a0 = _mm256_fmadd_ps(p0, _mm256_set1_ps(scale[g]), a0);
+        a1 = _mm256_fmadd_ps(p1, _mm256_set1_ps(scale[g + 1]), a1);
+    }
+    __m256 sum = _mm256_add_ps(a0, a1);
+    __m128 half = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
+    half = _mm_add_ps(half, _mm_movehl_ps(half, half));
+    float acc = _mm_cvtss_f32(_mm_add_ss(half, _mm_movehdup_ps(half)));
+    for (; g < groups; g++) acc += dot_i8(x + g * 32, q + g * 32, 32) * scale[g];
+    return acc;
+}
+
 #else
 static float dot_i8(const float *restrict x, const int8_t *restrict q, int n) {
     float acc = 0.0f;
     for (int i = 0; i < n; i++) acc += x[i] * (float)q[i];
+    return acc;
+}
+
+static float dot_i8_blocks32(const float *restrict x, const int8_t *restrict q, const float *restrict scale,
+                             int groups) {
+    float acc = 0.0f;
+    for (int g = 0; g < groups; g++) acc += dot_i8(x + g * 32, q + g * 32, 32) * scale[g];
     return acc;
 }
 #endif
@@ -72,6 +108,26 @@ static float dot_i8(const float *restrict x, const int8_t *restrict q, int n) {
 void gemv_i8(const float *restrict x, const int8_t *restrict q, const float *restrict scale, int n_in, int n_out,
              float *restrict y) {
     for (int o = 0; o < n_out; o++) y[o] = dot_i8(x, q + (size_t)o * n_in, n_in) * scale[o];
+}
+
+/* y[rows, out] = x[rows, in] @ dequantized q[out, in]^T, q with one scale per `block` inputs (scale[out, in / block];
+   block divides in). The output loop is outside the rows loop: each weight row is read from memory once for all
+   rows of x (a batched step's head), and the batch-1 case is a GEMV. */
+void gemm_i8_blocks(const float *restrict x, const int8_t *restrict q, const float *restrict scale, int rows,
+                    int n_in, int n_out, int block, float *restrict y) {
+    int groups = n_in / block;
+    for (int o = 0; o < n_out; o++) {
+        const int8_t *qo = q + (size_t)o * n_in;
+        const float *so = scale + (size_t)o * groups;
+        for (int t = 0; t < rows; t++) {
+            const float *xt = x + (size_t)t * n_in;
+            float acc = 0.0f;
+            if (block == 32) acc = dot_i8_blocks32(xt, qo, so, groups);
+            else
+                for (int g = 0; g < groups; g++) acc += dot_i8(xt + g * block, qo + g * block, block) * so[g];
+            y[(size_t)t * n_out + o] = acc;
+        }
+    }
 }
 
 /* One projection: int8 when scale is given, else fp32 in [in, out] storage; bias may be NULL. */

@@ -92,9 +92,10 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     ptr, i32, i64, f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
     lib.gemv_f32.argtypes = [ptr, ptr, i32, i32, ptr]
     lib.gemv_i8.argtypes = [ptr, ptr, ptr, i32, i32, ptr]
+    lib.gemm_i8_blocks.argtypes = [ptr, ptr, ptr, i32, i32, i32, i32, ptr]
     lib.rms_norm.argtypes = [ptr, ptr, f32, i32, ptr]
     lib.decode_layers.argtypes = [ptr, i32, ptr, ptr, ptr, ptr, i64, i64, i64, ptr]
-    for name in ("gemv_f32", "gemv_i8", "rms_norm", "decode_layers"):
+    for name in ("gemv_f32", "gemv_i8", "gemm_i8_blocks", "rms_norm", "decode_layers"):
         getattr(lib, name).restype = None
     return lib
 

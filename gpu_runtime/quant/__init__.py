@@ -11,10 +11,12 @@ from gpu_runtime.quant.apply import (
 from gpu_runtime.quant.embedding import QuantizedEmbedding
 from gpu_runtime.quant.fp8 import Fp8Linear, Fp8UnsupportedError, check_fp8_supported
 from gpu_runtime.quant.int8 import Int8Linear
+from gpu_runtime.quant.int8_blocks import Int8BlockLinear
 
 __all__ = [
     "Fp8Linear",
     "Fp8UnsupportedError",
+    "Int8BlockLinear",
     "Int8Linear",
     "QuantReport",
     "QuantScheme",

@@ -1,15 +1,20 @@
 """Swap a model's nn.Linear and nn.Embedding layers for quantized ones, undo it, and account for weight memory.
 
-`quantize_model` replaces the nn.Linear layers of the decoder by Int8Linear or Fp8Linear in place. The token
-embedding and the output head stay in the model's dtype by default, as in vLLM: their per-row rounding reaches the
-logits undiluted (measured on a small trained model, tests/runtime/test_quant.py: mean logit error 0.66% and 99.5%
-top-1 agreement with them, 0.44% and 100% without). They are an eighth of Llama-3-8B's bytes, so a bf16 model then
-keeps ~56% of its weight bytes; `quantize_embeddings=True` trades that accuracy for memory (~50%). A weight shared
-by several modules (tied embeddings) is quantized once and shared, or left alone when only one of its users would
-be. Switching schemes live never quantizes twice: `requantize` turns quantized layers back into empty
-full-precision shells, lets the engine's loader refill them from the checkpoint, then quantizes again, so every
-scheme starts from the original weights. Weight bytes are counted over unique tensor storages, so tied embeddings
-count once.
+`quantize_model` replaces the nn.Linear layers of the decoder by Int8Linear or Fp8Linear in place. Whether the token
+embedding and the output head are quantized too depends on the scheme. fp8 keeps them in the model's dtype, as
+vLLM does: their per-row rounding reaches the logits undiluted (measured on a small trained model,
+tests/runtime/test_quant.py: mean logit error 0.66% and 99.5% top-1 agreement with them, 0.44% and 100% without).
+int8 quantizes them, as llama.cpp's Q8_0 does, with one scale per block of 32 inputs (gpu_runtime.quant.int8_blocks,
+where the effect on SmolLM2's logits is measured), where the C kernels run the head's product (an fp32 model on CPU
+with a C compiler): on a small model the head is a large share of the bytes a decode step reads (SmolLM2-135M: 113
+of 220 MB with the head in fp32), so a CPU int8 step otherwise streams mostly fp32. Elsewhere (CUDA, bf16, no
+compiler) an int8 head would be dequantized every step, which reads more than the full-precision head it replaces
+(and cost the PyTorch CPU path 60 ms a token on SmolLM2), so there they stay in the model's dtype.
+`quantize_embeddings` overrides the scheme's choice. A weight shared by several modules (tied embeddings) is
+quantized once and shared, or left alone when only one of its users would be. Switching schemes live never
+quantizes twice: `requantize` turns quantized layers back into empty full-precision shells, lets the engine's
+loader refill them from the checkpoint, then quantizes again, so every scheme starts from the original weights.
+Weight bytes are counted over unique tensor storages, so tied embeddings count once.
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ from enum import StrEnum
 import torch
 from torch import nn
 
+from gpu_runtime.model.cpu_kernels import kernels
 from gpu_runtime.quant.embedding import QuantizedEmbedding
 from gpu_runtime.quant.fp8 import Fp8Linear, check_fp8_supported, quantize_fp8_per_channel
 from gpu_runtime.quant.int8 import Int8Linear, quantize_int8_per_channel
+from gpu_runtime.quant.int8_blocks import Int8BlockLinear, quantize_int8_blocks
 
-QUANTIZED_TYPES = (Int8Linear, Fp8Linear, QuantizedEmbedding)
+QUANTIZED_TYPES = (Int8Linear, Int8BlockLinear, Fp8Linear, QuantizedEmbedding)
 OUTPUT_HEAD_NAMES = ("lm_head",)
 Quantizer = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
@@ -88,6 +95,10 @@ def _model_device(model: nn.Module) -> torch.device:
     return next(iter(model.state_dict().values())).device
 
 
+def _model_dtype(model: nn.Module) -> torch.dtype:
+    return next(p.dtype for p in model.parameters() if p.is_floating_point())
+
+
 class _SharedQuantizer:
     """Quantizes each distinct weight tensor once, so tied modules end up sharing one quantized tensor."""
 
@@ -110,28 +121,46 @@ def _targets(model: nn.Module, quantize_embeddings: bool) -> list[tuple[nn.Modul
     return [(p, n, c) for p, n, c in found if id(c.weight) not in output_weights]
 
 
-def _swap(module: nn.Module, scheme: QuantScheme, quantize: _SharedQuantizer) -> nn.Module:
-    w_q, scale = quantize(module.weight)
+def _swap(module: nn.Module, name: str, scheme: QuantScheme, layers: _SharedQuantizer,
+          tables: _SharedQuantizer) -> nn.Module:
+    """The quantized module for `module`; the embedding and the output head (tables) may use their own quantizer."""
+    table = isinstance(module, nn.Embedding) or name in OUTPUT_HEAD_NAMES
+    w_q, scale = (tables if table else layers)(module.weight)
     if isinstance(module, nn.Embedding):
         return QuantizedEmbedding(w_q, scale, module.weight.dtype, module.padding_idx)
-    layer_type = Int8Linear if scheme is QuantScheme.INT8 else Fp8Linear
+    if scheme is QuantScheme.INT8:
+        layer_type: type[nn.Module] = Int8BlockLinear if table else Int8Linear
+    else:
+        layer_type = Fp8Linear
     return layer_type(w_q, scale, module.bias, module.weight.dtype)
 
 
 @torch.no_grad()
-def quantize_model(model: nn.Module, scheme: QuantScheme | str, quantize_embeddings: bool = False) -> QuantReport:
-    """Replace full-precision layers by quantized ones in place (see the module docstring); 'none' changes nothing."""
+def quantize_model(model: nn.Module, scheme: QuantScheme | str, quantize_embeddings: bool | None = None
+                   ) -> QuantReport:
+    """Replace full-precision layers by quantized ones in place (see the module docstring); 'none' changes nothing.
+    quantize_embeddings None: the scheme's choice (`quantizes_embeddings`)."""
     scheme = parse_scheme(scheme) if isinstance(scheme, str) else scheme
+    if quantize_embeddings is None:
+        quantize_embeddings = quantizes_embeddings(scheme, _model_device(model), _model_dtype(model))
     before = weight_bytes(model)
     if scheme is QuantScheme.NONE:
         return QuantReport(scheme, before, before, 0)
     if scheme is QuantScheme.FP8:
         check_fp8_supported(_model_device(model))
-    quantize = _SharedQuantizer(quantize_int8_per_channel if scheme is QuantScheme.INT8 else quantize_fp8_per_channel)
+    int8 = scheme is QuantScheme.INT8
+    layers = _SharedQuantizer(quantize_int8_per_channel if int8 else quantize_fp8_per_channel)
+    tables = _SharedQuantizer(quantize_int8_blocks) if int8 else layers
     targets = _targets(model, quantize_embeddings)
     for parent, name, child in targets:
-        setattr(parent, name, _swap(child, scheme, quantize))
+        setattr(parent, name, _swap(child, name, scheme, layers, tables))
     return QuantReport(scheme, before, weight_bytes(model), len(targets))
+
+
+def quantizes_embeddings(scheme: QuantScheme, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether `scheme` quantizes the token embedding and output head by default: int8, where the C kernels run the
+    head's product (see the module docstring)."""
+    return scheme is QuantScheme.INT8 and device.type == "cpu" and dtype == torch.float32 and kernels() is not None
 
 
 def _shell(module: nn.Module) -> nn.Module:
@@ -158,7 +187,7 @@ def dequantize_to_shells(model: nn.Module) -> int:
 @torch.no_grad()
 def requantize(
     model: nn.Module, scheme: QuantScheme | str, reload_weights: Callable[[nn.Module], None],
-    quantize_embeddings: bool = False,
+    quantize_embeddings: bool | None = None,
 ) -> QuantReport:
     """Switch the model to `scheme` from the original checkpoint weights, whatever scheme it runs now.
 

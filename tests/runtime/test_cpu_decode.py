@@ -13,7 +13,10 @@ import torch
 from gpu_runtime.engine.llm_engine import EngineConfig, LLMEngine, SamplingParams
 from gpu_runtime.engine.model_runner import ModelRunner, SequenceInput
 from gpu_runtime.model import cpu_kernels
-from gpu_runtime.quant.apply import quantize_model
+from gpu_runtime.quant import int8_blocks
+from gpu_runtime.quant.apply import quantize_model, weight_bytes
+from gpu_runtime.quant.embedding import QuantizedEmbedding
+from gpu_runtime.quant.int8_blocks import Int8BlockLinear
 
 pytestmark = pytest.mark.skipif(cpu_kernels.kernels() is None, reason="no C compiler for the CPU kernels")
 BLOCK_SIZE = 4
@@ -60,6 +63,53 @@ def test_int8_logits_track_the_pytorch_path(tiny_llama_sharded: Path) -> None:
     ours = _decode_logits(runner, prompt, True)
     assert runner._decoder is not None
     assert (ours - theirs).abs().max().item() < 0.02 * theirs.abs().max().item()
+
+
+def test_int8_head_is_int8_and_runs_in_c_as_the_pytorch_path_computes_it(
+        tiny_llama_sharded: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """int8 quantizes the output head and embedding too (one int8 table with 32-input block scales), and the head's
+    product runs in C on CPU: the same values as the dequantized fp32 product torch runs without the kernels."""
+    runner = _runner(tiny_llama_sharded)
+    model = runner.model
+    fp32_bytes, table_bytes = weight_bytes(model), model.lm_head.weight.numel() * 4
+    quantize_model(model, "int8")
+    head = model.lm_head
+    assert isinstance(head, Int8BlockLinear) and isinstance(model.embed_tokens, QuantizedEmbedding)
+    assert head.weight_int8.dtype == torch.int8 and head.scale.shape == (head.out_features, head.in_features // 32)
+    assert weight_bytes(model) < (fp32_bytes - table_bytes) / 4 + table_bytes / 2  # no fp32 table left
+    calls = []
+
+    def counting() -> object:
+        lib = cpu_kernels.kernels()
+        calls.append(lib)
+        return lib
+
+    monkeypatch.setattr(int8_blocks, "kernels", counting)
+    prompt = list(range(5, 30))
+    ours = _decode_logits(runner, prompt, True)
+    assert runner._decoder is not None and calls[-1] is not None  # the step ran in C, its head too
+    hidden = torch.randn(3, head.in_features, generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        in_c = head(hidden)
+        with _kernels(False):
+            in_torch = head(hidden)
+    torch.testing.assert_close(in_c, in_torch, rtol=1e-5, atol=1e-5)
+    theirs = _decode_logits(runner, prompt, False)
+    assert (ours - theirs).abs().max().item() < 0.02 * theirs.abs().max().item()
+    assert ours.argmax() == theirs.argmax()
+
+
+def test_int8_block_kernel_equals_the_dequantized_product() -> None:
+    lib = cpu_kernels.kernels()
+    gen = torch.Generator().manual_seed(0)
+    for n_in, block in ((96, 32), (160, 32), (70, 70)):  # odd and even block counts, a row that is one block
+        q = torch.randint(-127, 128, (37, n_in), generator=gen, dtype=torch.int8)
+        scale, x, y = torch.rand(37, n_in // block, generator=gen), torch.randn(3, n_in, generator=gen), \
+            torch.empty(3, 37)
+        lib.gemm_i8_blocks(x.data_ptr(), q.data_ptr(), scale.data_ptr(), 3, n_in, 37, block, y.data_ptr())
+        dequant = (q.float().view(37, -1, block) * scale[:, :, None]).view(37, n_in)
+        expected = x @ dequant.T  # sums of ~100 products of size ~100: fp32 order differences scale with them
+        torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-6 * expected.abs().max().item())
 
 
 def test_int8_kernel_equals_the_dequantized_product() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 import torch
@@ -18,11 +19,15 @@ from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from gpu_runtime.checkpoint.builtin import build_checkpoint
+from gpu_runtime.model import cpu_kernels
 from gpu_runtime.quant import (
     Fp8Linear,
     Fp8UnsupportedError,
+    Int8BlockLinear,
     Int8Linear,
+    QuantizedEmbedding,
     QuantScheme,
+    int8_blocks,
     parse_scheme,
     quantize_model,
     requantize,
@@ -95,12 +100,12 @@ def trained() -> LlamaForCausalLM:
 def _compare(full: torch.nn.Module) -> tuple[torch.Tensor, float, float]:
     """(per-prompt relative L2 logit error, top-1 agreement, weight ratio) of int8 against `full`."""
     quant = copy.deepcopy(full)
-    report = quantize_model(quant, "int8")
+    report = quantize_model(quant, "int8", quantize_embeddings=True)  # as int8 runs on CPU with the C kernels
     ids = _prompts(full.config.vocab_size)
     ref, got = _last_logits(full, ids), _last_logits(quant, ids)
     rel_error = (got - ref).norm(dim=-1) / ref.norm(dim=-1)  # [B]
     assert rel_error.min().item() > 0  # the weights really changed
-    assert report.num_modules_quantized == 7 * full.config.num_hidden_layers
+    assert report.num_modules_quantized == 7 * full.config.num_hidden_layers + 2  # + embedding and head
     top1 = (got.argmax(-1) == ref.argmax(-1)).float().mean().item()
     return rel_error, top1, report.ratio
 
@@ -122,11 +127,15 @@ def test_int8_on_random_weights_stays_within_its_regression_bounds(checkpoint: P
 
 def test_bf16_weight_memory_with_embeddings_quantized(checkpoint: Path) -> None:
     model = _load(checkpoint, torch.bfloat16)
-    default = quantize_model(copy.deepcopy(model), "int8")
+    layers_only = quantize_model(copy.deepcopy(model), "int8", quantize_embeddings=False)
+    default = quantize_model(copy.deepcopy(model), "int8")  # bf16: no C kernel runs an int8 head, so it stays bf16
+    assert default.weight_bytes_after == layers_only.weight_bytes_after
     full = quantize_model(model, "int8", quantize_embeddings=True)
     assert full.weight_bytes_after <= MAX_WEIGHT_RATIO * full.weight_bytes_before
-    assert full.weight_bytes_after < default.weight_bytes_after < default.weight_bytes_before
-    assert isinstance(model.lm_head, Int8Linear)
+    assert full.weight_bytes_after < layers_only.weight_bytes_after < layers_only.weight_bytes_before
+    assert isinstance(model.lm_head, Int8BlockLinear) and isinstance(model.model.embed_tokens, QuantizedEmbedding)
+    assert model.lm_head.weight_int8.dtype == torch.int8 and model.lm_head.scale.shape == (
+        model.config.vocab_size, model.config.hidden_size // 32)  # one scale per block of 32 inputs
     ids = _prompts(model.config.vocab_size)[:8]
     assert torch.isfinite(_last_logits(model, ids)).all()
 
@@ -149,11 +158,36 @@ def test_tied_embeddings_stay_shared_and_are_quantized_once() -> None:
                       num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg).eval()
-    untouched = quantize_model(copy.deepcopy(model), "int8")
+    untouched = quantize_model(copy.deepcopy(model), "int8", quantize_embeddings=False)
     assert untouched.weight_bytes_after <= MAX_WEIGHT_RATIO * untouched.weight_bytes_before
     report = quantize_model(model, "int8", quantize_embeddings=True)
     assert model.lm_head.weight_int8 is model.model.embed_tokens.weight_q
+    assert model.lm_head.scale is model.model.embed_tokens.scale
     assert report.weight_bytes_after < untouched.weight_bytes_after
+
+
+@pytest.mark.parametrize("in_features", [96, 70])  # 3 blocks of 32; 70 is not a multiple of 32: one block per row
+def test_int8_block_linear_matches_the_dequantized_weight(in_features: int) -> None:
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(in_features, 50, bias=True)
+    linear.weight.data[:, 0] *= 20  # an outlier input: per-block scales keep it out of the other blocks' steps
+    q = Int8BlockLinear.from_linear(linear)
+    size = in_features // q.scale.shape[1]
+    assert size == (32 if in_features == 96 else in_features)
+    dequant = (q.weight_int8.float().view(50, -1, size) * q.scale[:, :, None]).view(50, in_features)
+    steps = q.scale.repeat_interleave(size, dim=1)
+    assert ((dequant - linear.weight).abs() <= steps / 2 + 1e-7).all()  # rounding to the nearest step of its block
+    x = torch.randn(2, 5, in_features)
+    expected = torch.nn.functional.linear(x, dequant, linear.bias)
+    with torch.no_grad():
+        torch.testing.assert_close(q(x), expected, rtol=1e-5, atol=1e-5)  # the C kernel where it builds
+        previous = cpu_kernels.set_enabled(False)
+        try:
+            with patch.object(int8_blocks, "DEQUANT_ROWS", 16):  # the torch path, dequantized 16 rows at a time
+                torch.testing.assert_close(q(x), expected, rtol=1e-5, atol=1e-5)
+        finally:
+            cpu_kernels.set_enabled(previous)
+    assert QuantizedEmbedding(q.weight_int8, q.scale, torch.float32)(torch.tensor([3, 7])).equal(dequant[[3, 7]])
 
 
 def test_fp8_quantization_error_and_forward_math() -> None:
@@ -207,3 +241,22 @@ def test_parse_scheme(text: str | None, scheme: str) -> None:
 def test_parse_scheme_refuses_unknown_schemes() -> None:
     with pytest.raises(ValueError, match="choose one of: none, int8, fp8"):
         parse_scheme("awq")
+
+
+def test_int8_quantizes_the_head_by_default_only_where_the_c_kernels_run_it() -> None:
+    """Elsewhere an int8 head is dequantized every step: more bytes than the full-precision head it replaces."""
+    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).eval()
+    previous = cpu_kernels.set_enabled(False)
+    try:
+        without = copy.deepcopy(model)
+        quantize_model(without, "int8")
+    finally:
+        cpu_kernels.set_enabled(previous)
+    assert isinstance(without.lm_head, torch.nn.Linear) and without.lm_head.weight.dtype == torch.float32
+    if cpu_kernels.kernels() is None:
+        pytest.fail("no C compiler here: the C kernels' default cannot be checked")
+    quantize_model(model, "int8")
+    assert isinstance(model.lm_head, Int8BlockLinear)

@@ -147,9 +147,10 @@ def write_results(rows: list[dict[str, object]], runs: list[Run], args: argparse
               f"{r['int8_decode_tokens_per_s']} | {r['int8_speedup']} | {r['int8_speedup_cpu']} | "
               f"{r['weight_bytes_fp32'] / 1e6:.1f} -> {r['weight_bytes_int8'] / 1e6:.1f} ({r['weight_ratio']}) |"
               for r in rows]
-    lines += ["", "int8 covers the decoder's linear layers; the embedding and output head stay fp32 (see",
-              "gpu_runtime/quant/apply.py). On CPU the int8 matmul is torch's `_weight_int8pack_mm` with bf16",
-              "activations.", ""]
+    lines += ["", "int8 covers the decoder's linear layers and, where the C kernels run it (fp32 on CPU with a",
+              "compiler, as here), the embedding and output head in 32-input blocks (see gpu_runtime/quant/apply.py).",
+              "On CPU the layers' int8 matmul is torch's `_weight_int8pack_mm` with bf16 activations; batch-1 steps",
+              "run through the C kernels.", ""]
     (RESULTS / "quant.md").write_text("\n".join(lines))
 
 

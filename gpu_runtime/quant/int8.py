@@ -8,6 +8,9 @@ Activations stay in the model's dtype; only weights lose precision.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Self
+
 import torch
 from torch import nn
 
@@ -26,7 +29,27 @@ def _cpu_int8pack_available() -> bool:
     return hasattr(torch, "_weight_int8pack_mm")
 
 
-class Int8Linear(nn.Module):
+class Int8Weights(nn.Module):
+    """An int8 [out, in] weight with its fp scales and bias, as buffers: what the int8 layers share; `quantize` (a
+    weight -> (w_int8, scale) function) is the layer's scheme."""
+
+    quantize: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+    def __init__(self, w_int8: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype):
+        super().__init__()
+        self.in_features = int(w_int8.shape[1])
+        self.out_features = int(w_int8.shape[0])
+        self.register_buffer("weight_int8", w_int8)  # [out, in] int8
+        self.register_buffer("scale", scale.to(dtype))  # [out], or [out, in / block]
+        self.register_buffer("bias", None if bias is None else bias.detach().to(dtype))
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear) -> Self:
+        w_int8, scale = cls.quantize(linear.weight)
+        return cls(w_int8, scale, linear.bias, linear.weight.dtype)
+
+
+class Int8Linear(Int8Weights):
     """Drop-in for nn.Linear whose weight is int8 with a float scale per output channel.
 
     On CPU, torch's fused `_weight_int8pack_mm` kernel multiplies without materialising a dequantized weight; it takes
@@ -37,19 +60,11 @@ class Int8Linear(nn.Module):
     the scale applied to the much smaller output.
     """
 
-    def __init__(self, w_int8: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype):
-        super().__init__()
-        self.in_features = int(w_int8.shape[1])
-        self.out_features = int(w_int8.shape[0])
-        self.register_buffer("weight_int8", w_int8)  # [out, in] int8
-        self.register_buffer("scale", scale.to(dtype))  # [out]
-        self.register_buffer("scale_bf16", scale.to(torch.bfloat16), persistent=False)  # the CPU kernel's dtype
-        self.register_buffer("bias", None if bias is None else bias.detach().to(dtype))
+    quantize = staticmethod(quantize_int8_per_channel)
 
-    @classmethod
-    def from_linear(cls, linear: nn.Linear) -> Int8Linear:
-        w_int8, scale = quantize_int8_per_channel(linear.weight)
-        return cls(w_int8, scale, linear.bias, linear.weight.dtype)
+    def __init__(self, w_int8: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype):
+        super().__init__(w_int8, scale, bias, dtype)
+        self.register_buffer("scale_bf16", scale.to(torch.bfloat16), persistent=False)  # the CPU kernel's dtype
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.device.type == "cpu" and _cpu_int8pack_available():

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from gpu_runtime.model.cpu_kernels import kernels
-from gpu_runtime.quant.int8 import INT8_MAX
+from gpu_runtime.quant.int8 import INT8_MAX, Int8Weights
 
 BLOCK = 32
 DEQUANT_ROWS = 8192  # output rows dequantized at once outside the C kernel (64 MB of bf16 at 4096 inputs)
@@ -46,21 +46,10 @@ def dequantize_blocks(w_int8: torch.Tensor, scale: torch.Tensor) -> torch.Tensor
     return (blocks * scale.unsqueeze(-1)).flatten(-2)
 
 
-class Int8BlockLinear(nn.Module):
+class Int8BlockLinear(Int8Weights):
     """Drop-in for nn.Linear whose weight is int8 with a scale per block of inputs (see the module docstring)."""
 
-    def __init__(self, w_int8: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype):
-        super().__init__()
-        self.in_features = int(w_int8.shape[1])
-        self.out_features = int(w_int8.shape[0])
-        self.register_buffer("weight_int8", w_int8)  # [out, in] int8
-        self.register_buffer("scale", scale.to(dtype))  # [out, in / block]
-        self.register_buffer("bias", None if bias is None else bias.detach().to(dtype))
-
-    @classmethod
-    def from_linear(cls, linear: nn.Linear) -> Int8BlockLinear:
-        w_int8, scale = quantize_int8_blocks(linear.weight)
-        return cls(w_int8, scale, linear.bias, linear.weight.dtype)
+    quantize = staticmethod(quantize_int8_blocks)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self._c_product(x)

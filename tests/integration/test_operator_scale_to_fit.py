@@ -102,10 +102,13 @@ def test_a_raised_quota_gives_back_the_requested_replicas_at_the_next_retry(kube
     tm = degraded(kube, namespace, "back", retrying_operator)
     assert "scaled to 2 of 4 requested replicas" in tm["status"]["message"], tm["status"]
     assert re.search(retry_at(1), tm["status"]["message"]), tm["status"]  # the status says when
+    since = condition(tm, "Degraded")["lastTransitionTime"]
 
-    # The first retry asks for 4 again; the quota still admits 2: fitted again, the next retry later.
+    # The first retry asks for 4 again; the quota still admits 2: fitted again, the next retry later. Degraded
+    # held all along: it did not flap to False while the retry rolled out.
     tm = degraded(kube, namespace, "back", retrying_operator, lambda m: re.search(retry_at(2), m) is not None)
-    assert "scaled to 2 of 4 requested replicas" in tm["status"]["message"], tm["status"]
+    assert tm["status"]["message"].startswith("retry failed: scaled to 2 of 4 requested replicas"), tm["status"]
+    assert condition(tm, "Degraded")["lastTransitionTime"] == since
     deployment = get(kube, "deployment", "back-runtime", namespace)
     assert deployment["spec"]["replicas"] == 2
     assert deployment["metadata"]["annotations"]["slotune.io/fit-retries"] == "1"

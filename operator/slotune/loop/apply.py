@@ -38,7 +38,8 @@ class ApplyStep:
             return state.evolve(rollout=state.current, message=f"deploying {state.current.describe()}: "
                                 f"{result.reason}")
         if not result.ok:
-            return state.evolve(phase=Phase.DEGRADED, rollout=None, message=f"initial config failed: {result.reason}",
+            what = "retry failed" if state.phase is Phase.DEGRADED else "initial config failed"
+            return state.evolve(phase=Phase.DEGRADED, rollout=None, message=f"{what}: {result.reason}",
                                 failed_keys=state.learned.failed_keys | {state.current.key()})
         return state.evolve(phase=Phase.MEASURING, rollout=None, message=self._measuring_message())
 
@@ -54,8 +55,9 @@ class ApplyStep:
         if result.in_progress:
             if state.message.endswith(result.reason):
                 return state
-            return self._save(state.evolve(message=f"rolling out {config.describe()}: {result.reason}"))
-        if state.phase is Phase.DEPLOYING:
+            again = "retrying: " if state.phase is Phase.DEGRADED else ""
+            return self._save(state.evolve(message=f"{again}rolling out {config.describe()}: {result.reason}"))
+        if state.phase in (Phase.DEPLOYING, Phase.DEGRADED):  # the first rollout, or a Degraded config's retry
             return self._save(self._started(state, result))
         if not result.ok:
             return self._save(state.evolve(rollout=None, phase=Phase.DEGRADED, message=(

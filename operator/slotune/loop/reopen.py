@@ -3,7 +3,8 @@ windows the loop came to rest on (loop.shift: a stated test per statistic); a sh
 tuning resumes from the current config with a fresh budget: more capacity or other knobs when the SLO now misses,
 fewer replicas (the policy's trims) when the load fell and it still holds. Infeasible and Degraded also re-open
 when the spec's SLO or tuning changes, and Degraded when the backend had scaled the replicas to what fits and its
-retry is due: the config is rolled out again as at the start, Degraded again only if it still does not fit.
+retry is due: the config is rolled out again as at the start, staying Degraded until it serves, and the status
+says how the retry ended.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ class ReopenStep(CapacityControlStep):
         if state.convergence.spec_key and state.convergence.spec_key != self.problem.key:
             return self._save(self._reopened(state, "the spec changed", same_workload=True))
         if state.phase is Phase.DEGRADED and (retried := retry_fit(self.backend, state.current)) is not None:
-            return self._save(state.evolve(phase=Phase.DEPLOYING, rollout=state.current, message=retried,
+            # Degraded holds while the retry rolls out: the condition changes once, when the requested count runs.
+            return self._save(state.evolve(rollout=state.current, message=retried,
                                            failed_keys=state.learned.failed_keys - {state.current.key()}))
         capacity = self._capacity_on()
         if state.phase is Phase.DEGRADED or not (state.convergence.load_reference or capacity):

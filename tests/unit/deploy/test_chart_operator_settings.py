@@ -46,6 +46,14 @@ def test_chart_values_become_operator_settings(helm_binary: Path) -> None:
     assert settings.log_level == "DEBUG"
 
 
+def test_rollout_values_become_the_fit_and_rollout_settings(helm_binary: Path) -> None:
+    settings = settings_from_chart(
+        helm_binary, "--set", "rollout.unschedulableGraceSeconds=45", "--set", "rollout.fitRetrySeconds=120",
+        "--set", "rollout.fitRetryMaxSeconds=900", "--set", "rollout.timeoutSeconds=1200")
+    assert (settings.unschedulable_grace_s, settings.fit_retry_s, settings.fit_retry_max_s,
+            settings.rollout_timeout_s) == (45, 120, 900, 1200)
+
+
 def test_probes_hit_the_operators_liveness_endpoint(helm_binary: Path) -> None:
     container = operator_container(helm_binary)
     endpoint = urlsplit(OperatorSettings().liveness_endpoint)

@@ -18,7 +18,8 @@ CONTRACT_ENV = {
     "SLOTUNE_PROMETHEUS_URL", "SLOTUNE_RUNTIME_IMAGE", "SLOTUNE_RUNTIME_IMAGE_CPU", "SLOTUNE_VLLM_IMAGE",
     "SLOTUNE_WATCH_NAMESPACES", "SLOTUNE_PEERING", "SLOTUNE_LOG_LEVEL", "SLOTUNE_ADMIN_TRANSPORT",
     "SLOTUNE_ALLOWED_BUILTIN_IMAGES", "SLOTUNE_ALLOWED_VLLM_IMAGES", "SLOTUNE_ALLOW_EXTRA_ARGS",
-    "SLOTUNE_ALLOW_REMOTE_CODE", "SLOTUNE_NETWORK_POLICY_CLIENTS",
+    "SLOTUNE_ALLOW_REMOTE_CODE", "SLOTUNE_NETWORK_POLICY_CLIENTS", "SLOTUNE_UNSCHEDULABLE_GRACE_S",
+    "SLOTUNE_FIT_RETRY_S", "SLOTUNE_FIT_RETRY_MAX_S", "SLOTUNE_ROLLOUT_TIMEOUT_S",
 }
 
 
@@ -96,6 +97,8 @@ def test_values_reach_the_operator_environment(helm_binary: Path) -> None:
         "SLOTUNE_LOG_LEVEL": "DEBUG", "SLOTUNE_ADMIN_TRANSPORT": "proxy",
         "SLOTUNE_ALLOWED_BUILTIN_IMAGES": "ghcr.io/slotune/runtime", "SLOTUNE_ALLOWED_VLLM_IMAGES": "vllm/vllm-openai",
         "SLOTUNE_ALLOW_EXTRA_ARGS": "true", "SLOTUNE_ALLOW_REMOTE_CODE": "false", "SLOTUNE_NETWORK_POLICY_CLIENTS": "",
+        "SLOTUNE_UNSCHEDULABLE_GRACE_S": "30", "SLOTUNE_FIT_RETRY_S": "600", "SLOTUNE_FIT_RETRY_MAX_S": "3600",
+        "SLOTUNE_ROLLOUT_TIMEOUT_S": "600",
     }
     assert container["image"] == "ghcr.io/slotune/operator:9.9.9"
 
@@ -123,6 +126,7 @@ def test_scheduling_values_are_rendered_when_set(helm_binary: Path) -> None:
     ("adminTransport=ssh", "/adminTransport"),
     ("watchNamespaces={Team_A}", "/watchNamespaces/0"),
     ("runtime.image=", "/runtime/image"),
+    ("rollout.fitRetrySeconds=0", "/rollout/fitRetrySeconds"),
     ("replica=2", "'replica' not allowed"),
 ])
 def test_schema_refuses_bad_values_naming_the_field(helm_binary: Path, value: str, field: str) -> None:

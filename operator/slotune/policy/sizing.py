@@ -9,9 +9,10 @@ from slotune.api.spec import config_refusals
 from slotune.api.tuning import Knob
 from slotune.knobs import RuntimeConfig, SpeculativeConfig
 from slotune.perfmodel import capacity
+from slotune.perfmodel.queueing import erlang_c
 from slotune.policy.diagnosis import window_acceptance
 from slotune.policy.inputs import PolicyInput
-from slotune.slo import SLOSpec
+from slotune.slo import LatencyMetric, SLOSpec
 
 MAX_MOVE_ATTEMPTS = 2  # a knob setting rolled back this often is not proposed again (hysteresis)
 BATCH_BINDS_SHARE = 0.5  # mean running sequences at or above this share of max_num_seqs: the limit binds
@@ -55,10 +56,25 @@ def max_replicas(given: PolicyInput) -> int:
 
 
 def batch_binds(given: PolicyInput) -> bool:
-    """Whether max_num_seqs can be what queues requests: the window ran at least half of it on average. Requests
-    waiting while most batch slots stay free wait for something else (prompt compute, whole-prompt prefill steps,
-    bursts), and a larger batch only adds decodes to every step."""
-    return (given.snapshot.num_running_mean or 0.0) >= BATCH_BINDS_SHARE * given.config.max_num_seqs
+    """Whether max_num_seqs can be what queues requests: the window ran at least half of it on average, or, with
+    few slots, arrivals found every slot taken more often than the first-token target's percentile allows (Erlang C
+    at the measured occupancy: 4 slots at 1.5 running on average are all taken for ~7% of arrivals, a P99 TTFT's
+    whole tail; with chunked prefill, so that admission waits for a slot and not for whole-prompt prefill steps).
+    Requests waiting while most of many slots stay free wait for something else (prompt compute, whole-prompt
+    prefill steps), and a larger batch only adds decodes to every step."""
+    running, slots = given.snapshot.num_running_mean or 0.0, given.config.max_num_seqs
+    if running >= BATCH_BINDS_SHARE * slots:
+        return True
+    # Without chunked prefill a waiting request waits for whole-prompt prefill steps, not for a slot.
+    return given.config.enable_chunked_prefill and erlang_c(slots, running) > first_token_tail(given.slo)
+
+
+def first_token_tail(slo: SLOSpec) -> float:
+    """The share of requests a first-token target lets miss: 0.01 for a P99 TTFT (or end-to-end, where no TTFT is
+    set) target, the strictest where there are several; 0.01 where neither is set."""
+    targets = [t for t in slo.targets() if t.metric is LatencyMetric.TTFT] or \
+        [t for t in slo.targets() if t.metric is LatencyMetric.E2E]
+    return min((1.0 - t.percentile / 100.0 for t in targets), default=0.01)
 
 
 def batch_failed(given: PolicyInput) -> bool:

@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     _log("concurrent streams through the HTTP server")
     streams = parts.stream_throughput(path, peer, args.threads, STREAMS, args.stream_tokens, args.rounds)
     _log("n-gram speculation")
-    spec = parts.speculation(engine, SPEC_CONFIG, args.max_tokens, args.rounds)
+    spec = parts.speculation(engine, SPEC_CONFIG, args.max_tokens, args.rounds, _engine(path))
     _log("int8 quality")
     quality = parts.int8_quality(engine, int8, args.quality_tokens, int8_fp32_head)
     result = summarize(args, samples, (engine, int8, int8_fp32_head), weight_bytes, profile, streams, spec, quality,

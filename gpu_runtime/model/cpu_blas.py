@@ -31,6 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gpu_runtime.model import cpu_kernels
+
+FEW_ROWS = 64  # up to this many rows, the C kernel (measured up to 64; prefill chunks keep OpenBLAS)
 ENV_SWITCH = "GPU_RUNTIME_NUMPY_BLAS"  # "0" turns the path off for the process
 # Symbol spellings of OpenBLAS's thread functions: numpy's wheels (scipy-openblas, 64-bit ints) and plain builds.
 _NAMES = (("scipy_openblas_", "64_"), ("scipy_openblas_", ""), ("openblas_", "64_"), ("openblas_", ""))
@@ -121,9 +124,27 @@ class BlasLinear(nn.Linear):
                 and torch.get_num_threads() == 1 and numpy_blas_ready()):
             weight_t = self._numpy_weight()
             if weight_t is not None:
-                rows = x.detach().reshape(-1, self.in_features).contiguous().numpy()
-                vector = rows.shape[0] == 1  # one row: a GEMV (sgemv), the decode step's case
-                out = np.matmul(rows[0] if vector else rows, weight_t)
-                y = torch.from_numpy(out).view(*x.shape[:-1], self.out_features)
+                rows = x.detach().reshape(-1, self.in_features).contiguous()
+                y = _few_rows(rows, weight_t)
+                if y is None:
+                    vector = rows.shape[0] == 1  # one row: a GEMV (sgemv), the decode step's case
+                    out = np.matmul(rows.numpy()[0] if vector else rows.numpy(), weight_t)
+                    y = torch.from_numpy(out)
+                y = y.view(*x.shape[:-1], self.out_features)
                 return y if self.bias is None else y + self.bias
         return F.linear(x, self.weight, self.bias)
+
+
+def _few_rows(rows: torch.Tensor, weight_t: np.ndarray) -> torch.Tensor | None:
+    """rows @ weight_t through cpu_kernels.c's gemm_f32_rows for a batched decode step's 2..FEW_ROWS rows, where it
+    runs AVX-512 (OpenBLAS packs its panels on every call and reaches ~90 GFLOP/s there; measured side by side on
+    SmolLM2's shapes: 1.26-1.46x over a step's products at 16-64 rows, bench/bench_real_model.py); None elsewhere."""
+    if not 1 < rows.shape[0] <= FEW_ROWS:
+        return None
+    lib = cpu_kernels.kernels()
+    if lib is None or not lib.gemm_f32_rows_fast():
+        return None
+    y = torch.empty(rows.shape[0], weight_t.shape[1])
+    lib.gemm_f32_rows(rows.data_ptr(), weight_t.ctypes.data, rows.shape[0], weight_t.shape[0], weight_t.shape[1],
+                      y.data_ptr())
+    return y

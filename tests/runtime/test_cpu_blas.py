@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gpu_runtime.engine.llm_engine import EngineConfig, LLMEngine, SamplingParams, SchedulerKnobs
-from gpu_runtime.model import cpu_blas
+from gpu_runtime.model import cpu_blas, cpu_kernels
 from gpu_runtime.model.cpu_blas import BlasLinear
 from gpu_runtime.model.cpu_layout import use_decode_layout
 
@@ -61,11 +61,36 @@ def test_one_row_goes_through_numpy_and_equals_f_linear(numpy_calls: list[tuple[
 
 def test_many_rows_and_leading_dims_go_through_numpy(numpy_calls: list[tuple[int, ...]]) -> None:
     layer = _layer(64, 48, True)
-    x = torch.randn(2, 5, 64)  # a prefill chunk or a batch, with a leading dim
+    x = torch.randn(2, 40, 64)  # a prefill chunk, with a leading dim: more rows than the C kernel takes
     with torch.inference_mode():
         out = layer(x)
-    assert numpy_calls == [(64, 48)] and out.shape == (2, 5, 48)
+    assert numpy_calls == [(64, 48)] and out.shape == (2, 40, 48)
     torch.testing.assert_close(out, F.linear(x, layer.weight.detach(), layer.bias.detach()), rtol=1e-5, atol=1e-6)
+
+
+def _few_rows_fast() -> bool:
+    lib = cpu_kernels.kernels()
+    return lib is not None and bool(lib.gemm_f32_rows_fast())
+
+
+# Whole 8 x 32 tiles, and every edge: rows below a tile, columns below a tile, inputs below a 64-row block.
+@pytest.mark.parametrize(("rows", "in_features", "out_features"), [
+    (2, 64, 32), (8, 128, 64), (16, 576, 960), (9, 100, 70), (33, 65, 33), (64, 1536, 96), (7, 3, 5)])
+def test_a_batched_step_s_few_rows_go_through_the_c_kernel_and_equal_f_linear(
+        numpy_calls: list[tuple[int, ...]], rows: int, in_features: int, out_features: int) -> None:
+    layer = _layer(in_features, out_features, True)
+    x = torch.randn(rows, in_features)
+    with torch.inference_mode():
+        out = layer(x)
+    # Where this build has AVX-512 (this project's machines do) the kernel runs; elsewhere numpy, as before.
+    assert numpy_calls == ([] if _few_rows_fast() else [(in_features, out_features)])
+    torch.testing.assert_close(out, F.linear(x, layer.weight.detach(), layer.bias.detach()), rtol=1e-5, atol=1e-5)
+    with torch.inference_mode():
+        previous = cpu_kernels.set_enabled(False)  # the kernels switched off: numpy's product, the same values
+        try:
+            torch.testing.assert_close(layer(x), out, rtol=1e-5, atol=1e-5)
+        finally:
+            cpu_kernels.set_enabled(previous)
 
 
 def test_other_cases_keep_torch_s_kernel_bit_for_bit(numpy_calls: list[tuple[int, ...]]) -> None:

@@ -96,8 +96,8 @@ class ModelRunner:
         if len(inputs) != 1 or len(inputs[0].token_ids) != 1 or inputs[0].num_logits != 1:
             return None
         s, bs = inputs[0], self.block_size
+        decoder = self._batch1_decoder()  # checked on every batch-1 step, contiguous or not: never kept stale
         first = _contiguous_first_block(s.block_ids, s.start // bs + 1)
-        decoder = self._batch1_decoder() if first is not None else None
         if decoder is None or first is None:
             return None
         slot = s.block_ids[s.start // bs] * bs + s.start % bs

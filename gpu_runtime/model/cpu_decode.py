@@ -60,9 +60,10 @@ class Batch1Decoder:
                  kv_caches: list[tuple[torch.Tensor, torch.Tensor]], layers: ctypes.Array) -> None:
         cfg = model.config
         self._lib, self._model, self._rope, self._layers = lib, model, rope, layers
-        # The C layers hold raw addresses: keeping the tensors alive means no later tensor can reuse an address,
-        # so decoder_key's storage check cannot mistake a replaced weight for the one built on.
-        self._keep = [*model.parameters(), *model.buffers(), *(t for kv in kv_caches for t in kv)]
+        # The C layers hold raw addresses: keeping their storages alive (detached tensors, not the Parameters, whose
+        # `.data` may be swapped for another storage) means no later tensor can reuse an address, so decoder_key's
+        # address check cannot mistake a replaced weight for the one built on.
+        self._keep = [t.detach() for t in (*model.parameters(), *model.buffers(), *(t for kv in kv_caches for t in kv))]
         self._shape = Shape(cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size,
                             model.norm.eps, kv_caches[0][0].shape[1])
         qkv = (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim
@@ -121,12 +122,20 @@ def _layer(layer: nn.Module, kv: tuple[torch.Tensor, torch.Tensor]) -> Layer | N
 
 
 def decoder_key(model: nn.Module, kv_caches: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[object, ...]:
-    """What a built decoder depends on, cheap enough to check every step: whether the kernels are on, the model, its
-    first projection's module and storage, and the caches. Every change the runtime makes to the weights'
-    modules or layout (quantization, re-layout) swaps all layers alike, so the first stands for the rest; a reload
-    copies into the same storage, which the C code reads in place."""
-    qkv = model.layers[0].self_attn.qkv_proj
-    weight = getattr(qkv, "weight_int8", None)
-    weight = qkv.weight if weight is None else weight
-    cache = kv_caches[0][0].data_ptr() if kv_caches else 0
-    return kernels() is not None, id(model), id(qkv), weight.data_ptr(), cache, len(kv_caches)
+    """What a built decoder depends on, cheap enough to check every step: whether the kernels are on, the model,
+    the address of every weight and norm the C layers read, and the caches. A reload copies into the same storage,
+    which the C code reads in place; anything else (quantization, a re-layout, one weight's `.data` swapped) moves
+    an address. Every address, not the first layer's alone: a benchmark that stored the weights row-major and back
+    had the first weight come back at its old address (the allocator reused it) and the other layers elsewhere, and
+    the decoder read freed memory."""
+    addresses = []
+    for layer in model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        for module in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj):
+            weight = getattr(module, "weight_int8", None)
+            addresses.append((module.weight if weight is None else weight).data_ptr())
+        addresses += (layer.input_layernorm.weight.data_ptr(), layer.post_attention_layernorm.weight.data_ptr())
+        if attn.qkv_proj.bias is not None:
+            addresses.append(attn.qkv_proj.bias.data_ptr())
+    caches = tuple(t.data_ptr() for kv in kv_caches for t in kv)
+    return kernels() is not None, id(model), tuple(addresses), caches

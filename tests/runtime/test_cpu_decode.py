@@ -134,6 +134,29 @@ def test_greedy_output_is_unchanged_and_a_quantization_switch_builds_anew(tiny_l
     assert engine.runner._decoder is not None and engine.runner._decoder is not fp32_decoder
 
 
+def test_a_weight_moved_in_any_layer_builds_anew_even_across_scattered_blocks(tiny_llama_sharded: Path) -> None:
+    # The real-model benchmark stored the weights row-major and back between rounds: the first layer's weight came
+    # back at its old address, the others elsewhere, and a decoder keyed on the first alone read freed memory
+    # (greedy output changed). Here the last layer's MLP weight moves to new storage with other values, and the
+    # step before runs on scattered blocks (the PyTorch path), where the decoder was not checked at all.
+    runner = _runner(tiny_llama_sharded)
+    prompt = torch.randint(0, runner.config.vocab_size, (21,), generator=torch.Generator().manual_seed(5)).tolist()
+    _decode_logits(runner, prompt, True)
+    built = runner._decoder
+    assert built is not None
+    down = runner.model.layers[-1].mlp.down_proj
+    with torch.no_grad():
+        moved = (down.weight.detach() * 1.5).t().contiguous().t()  # the [in, out] layout, new storage and values
+    down.weight.data = moved
+    scattered = list(range(32))[::-2][: -(-len(prompt) // BLOCK_SIZE)]  # not consecutive: no C step
+    runner.execute([SequenceInput(prompt[:-1], 0, scattered, 0)])
+    runner.execute([SequenceInput(prompt[-1:], len(prompt) - 1, scattered, 1)])
+    assert runner._decoder is not built  # checked on the scattered step too
+    ours = _decode_logits(runner, prompt, True)
+    theirs = _decode_logits(runner, prompt, False)
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
 def test_switched_off_keeps_the_pytorch_path(nano_llama: Path) -> None:
     runner = _runner(nano_llama)
     with _kernels(False):

@@ -285,7 +285,8 @@ def speculation(engine: LLMEngine, config: dict[str, Any], max_tokens: int, roun
     """n-gram speculation on and off, alternating, on a chat answer that copies its prompt and on a free one.
     `fresh`: an engine on the same file that served nothing before; every plain output is checked against its own,
     so an engine whose state the phases before had changed is reported as such, not taken for speculation's effect
-    (two earlier runs saw every free-text draft accepted and the repetitive answer changed; not reproduced since)."""
+    (it caught the C batch-1 decoder reading freed memory after `row_major`'s round trip: every free-text draft was
+    accepted and the repetitive answer changed; gpu_runtime.model.cpu_decode.decoder_key)."""
     template = ChatTemplate.from_model(Path(engine.config.model))
     rows = []
     for name, request in (("repetitive", REPETITIVE_REQUEST), ("free", FREE_REQUEST)):

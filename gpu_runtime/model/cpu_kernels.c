@@ -141,6 +141,16 @@ void gemm_i8_blocks(const float *restrict x, const int8_t *restrict q, const flo
 #define GEMM_MR 8
 #define GEMM_NR 32
 
+/* The edges (rows below a whole tile, columns below a whole tile), and any tile without AVX-512. */
+static void gemm_edge(const float *restrict x, int ldx, const float *restrict w, int ldw, float *restrict y, int ldy,
+                      int kb, int m, int n) {
+    for (int r = 0; r < m; r++)
+        for (int k = 0; k < kb; k++) {
+            float a = x[(size_t)r * ldx + k];
+            for (int j = 0; j < n; j++) y[(size_t)r * ldy + j] += a * w[(size_t)k * ldw + j];
+        }
+}
+
 #ifdef __AVX512F__
 static void gemm_tile(const float *restrict x, int ldx, const float *restrict w, int ldw, float *restrict y, int ldy,
                       int kb) {
@@ -166,22 +176,10 @@ int gemm_f32_rows_fast(void) { return 1; }
 #else
 static void gemm_tile(const float *restrict x, int ldx, const float *restrict w, int ldw, float *restrict y, int ldy,
                       int kb) {
-    for (int r = 0; r < GEMM_MR; r++)
-        for (int k = 0; k < kb; k++)
-            for (int j = 0; j < GEMM_NR; j++) y[(size_t)r * ldy + j] += x[(size_t)r * ldx + k] * w[(size_t)k * ldw + j];
+    gemm_edge(x, ldx, w, ldw, y, ldy, kb, GEMM_MR, GEMM_NR);
 }
 int gemm_f32_rows_fast(void) { return 0; }
 #endif
-
-/* The edges: rows below a whole tile, columns below a whole tile. */
-static void gemm_edge(const float *restrict x, int ldx, const float *restrict w, int ldw, float *restrict y, int ldy,
-                      int kb, int m, int n) {
-    for (int r = 0; r < m; r++)
-        for (int k = 0; k < kb; k++) {
-            float a = x[(size_t)r * ldx + k];
-            for (int j = 0; j < n; j++) y[(size_t)r * ldy + j] += a * w[(size_t)k * ldw + j];
-        }
-}
 
 void gemm_f32_rows(const float *restrict x, const float *restrict wt, int rows, int n_in, int n_out,
                    float *restrict y) {

@@ -10,8 +10,9 @@ load average ~6): 1 row 23.8 vs 30.2 ms, 8 rows 60 vs 78, 64 rows 204 vs 268, 25
 859. MKL dispatches by CPU vendor; on Intel cores the gap may be nil, and the benchmark reports it per machine.
 
 The product reads the weight's [in, out] storage (gpu_runtime.model.cpu_layout) as a numpy view, no copy: x @ W^T
-with W^T row-major is `sgemv` (one row) or `sgemm` over the same bytes. Results differ from MKL's only in summation
-order (fp32 rounding).
+with W^T row-major is `sgemv` (one row) or `sgemm` over the same bytes. Two rows or more go through cpu_kernels.c's
+GEMM instead where it runs AVX-512, faster than `sgemm` at every row count measured (`_rows`). Results differ from
+MKL's only in summation order (fp32 rounding).
 
 Used only where it is safe and measured: a CPU fp32 input, a column-major weight, no autograd, and one torch thread
 (the runtime's default, one per process; with more, torch's threaded kernel runs). OpenBLAS is pinned to one thread
@@ -33,7 +34,6 @@ from torch import nn
 
 from gpu_runtime.model import cpu_kernels
 
-FEW_ROWS = 64  # up to this many rows, the C kernel (measured up to 64; prefill chunks keep OpenBLAS)
 ENV_SWITCH = "GPU_RUNTIME_NUMPY_BLAS"  # "0" turns the path off for the process
 # Symbol spellings of OpenBLAS's thread functions: numpy's wheels (scipy-openblas, 64-bit ints) and plain builds.
 _NAMES = (("scipy_openblas_", "64_"), ("scipy_openblas_", ""), ("openblas_", "64_"), ("openblas_", ""))
@@ -125,7 +125,7 @@ class BlasLinear(nn.Linear):
             weight_t = self._numpy_weight()
             if weight_t is not None:
                 rows = x.detach().reshape(-1, self.in_features).contiguous()
-                y = _few_rows(rows, weight_t)
+                y = _rows(rows, weight_t)
                 if y is None:
                     vector = rows.shape[0] == 1  # one row: a GEMV (sgemv), the decode step's case
                     out = np.matmul(rows.numpy()[0] if vector else rows.numpy(), weight_t)
@@ -135,12 +135,12 @@ class BlasLinear(nn.Linear):
         return F.linear(x, self.weight, self.bias)
 
 
-def _few_rows(rows: torch.Tensor, weight_t: np.ndarray) -> torch.Tensor | None:
-    """rows @ weight_t through cpu_kernels.c's gemm_f32_rows for a batched decode step's 2..FEW_ROWS rows, where it
-    runs AVX-512 (OpenBLAS packs its panels on every call and reaches ~90 GFLOP/s there; on SmolLM2's shapes, side
-    by side, 1.26-1.46x over a step's products at 16-64 rows, and 1.2x the engine's 16- and 32-sequence decode,
-    greedy output identical); None elsewhere."""
-    if not 1 < rows.shape[0] <= FEW_ROWS:
+def _rows(rows: torch.Tensor, weight_t: np.ndarray) -> torch.Tensor | None:
+    """rows @ weight_t through cpu_kernels.c's gemm_f32_rows for two rows or more (a batched decode step, a prefill
+    chunk), where it runs AVX-512; None elsewhere. OpenBLAS packs its panels on every call and its sgemm reached
+    ~90 GFLOP/s here; over SmolLM2's shapes with the weights cold, as in a step, the kernel measured 1.9x it at 2
+    rows, 1.85x at 16, 1.66x at 64, 1.56x at 128 and 1.34x at 2048 (one row stays OpenBLAS's sgemv: 0.8x there)."""
+    if rows.shape[0] < 2:
         return None
     lib = cpu_kernels.kernels()
     if lib is None or not lib.gemm_f32_rows_fast():

@@ -91,17 +91,15 @@ class ModelRunner:
         return self._restore_order(logits, ordered, order)
 
     def _batch1_decode(self, inputs: list[SequenceInput]) -> torch.Tensor | None:
-        """One sequence decoding one token over contiguous KV blocks, through the C kernels where they run
+        """One sequence decoding one token over its KV blocks, wherever they lie, through the C kernels where they run
         (gpu_runtime.model.cpu_decode); None where the step takes the PyTorch path."""
         if len(inputs) != 1 or len(inputs[0].token_ids) != 1 or inputs[0].num_logits != 1:
             return None
-        s, bs = inputs[0], self.block_size
-        decoder = self._batch1_decoder()  # checked on every batch-1 step, contiguous or not: never kept stale
-        first = _contiguous_first_block(s.block_ids, s.start // bs + 1)
-        if decoder is None or first is None:
+        s = inputs[0]
+        decoder = self._batch1_decoder()  # checked on every batch-1 step: never kept stale
+        if decoder is None:
             return None
-        slot = s.block_ids[s.start // bs] * bs + s.start % bs
-        hidden = decoder.hidden(s.token_ids[0], s.start, slot, first * bs, s.start + 1)
+        hidden = decoder.hidden(s.token_ids[0], s.start, s.block_ids, self.block_size)
         return self.model.compute_logits(hidden)
 
     def _batch1_decoder(self) -> Batch1Decoder | None:

@@ -4,9 +4,11 @@ At batch 1 on CPU an eager step is ~25 small torch ops per layer, ~10 us each, n
 microseconds: on SmolLM2 (30 layers) the ops cost about as much as streaming the weights. `Batch1Decoder` hands the
 layers' weight, norm and KV cache addresses to gpu_runtime/model/cpu_kernels.c once, then runs a step as one
 embedding row copy, one C call and the model's own final norm and LM head (whose int8 form runs in C by itself,
-gpu_runtime.quant.int8_blocks). The C code computes what gpu_runtime.model.llama does for one token over contiguous
-KV slots (the engine's usual case), in fp32 with the additions in another order: logits agree to ~1e-6 and greedy
-tokens are the same (tests/runtime/test_cpu_decode.py).
+gpu_runtime.quant.int8_blocks). The C code computes what gpu_runtime.model.llama does for one token, attending over
+the sequence's block table wherever its blocks lie (a run of free-list churn scatters them: when only side-by-side
+blocks ran in C, a server's batch-1 steps fell back to the PyTorch path, 1.3-2x slower, once its blocks scattered),
+in fp32 with the additions in another order: logits agree to ~1e-6 and greedy tokens are the same
+(tests/runtime/test_cpu_decode.py).
 
 Supported: fp32 CPU models whose projections are fp32 in the column-major decode layout or Int8Linear (int8
 weights are multiplied with fp32 activations here, where torch's CPU kernel rounds them to bf16), with an fp32 or
@@ -86,9 +88,16 @@ class Batch1Decoder:
             return None
         return cls(lib, model, rope, kv_caches, (Layer * len(layers))(*layers))
 
-    def hidden(self, token_id: int, position: int, slot: int, key_slot: int, num_keys: int) -> torch.Tensor:
-        """Final hidden state [1, hidden] of one token at `position`, its K/V written at `slot`, attending to the
-        contiguous cache slots [key_slot, key_slot + num_keys)."""
+    def hidden(self, token_id: int, position: int, block_ids: list[int], block_size: int) -> torch.Tensor:
+        """Final hidden state [1, hidden] of one token at `position` of a sequence whose KV lives in `block_ids`
+        (its block table, block_size slots each, anywhere in the cache): its K/V written at its slot, attending to
+        the position + 1 keys up to it."""
+        num_keys = position + 1
+        used = -(-num_keys // block_size)
+        if len(block_ids) < used:
+            raise ValueError(f"{len(block_ids)} blocks hold fewer than the {num_keys} keys of position {position}")
+        slot = block_ids[position // block_size] * block_size + position % block_size
+        table = (ctypes.c_int * used)(*block_ids[:used])
         embedding = self._model.embed_tokens
         if isinstance(embedding, QuantizedEmbedding):  # the product QuantizedEmbedding.forward computes, in place
             scale = embedding.scale[token_id].view(-1, 1)  # [blocks, 1]; one block where the scale is per row
@@ -98,7 +107,8 @@ class Batch1Decoder:
             self._x.copy_(embedding.weight[token_id])
         cos, sin = self._rope.cos[position], self._rope.sin[position]
         self._lib.decode_layers(self._layers, len(self._layers), ctypes.byref(self._shape), self._x.data_ptr(),
-                                cos.data_ptr(), sin.data_ptr(), slot, key_slot, num_keys, self._scratch.data_ptr())
+                                cos.data_ptr(), sin.data_ptr(), slot, table, block_size, num_keys,
+                                self._scratch.data_ptr())
         norm = self._model.norm
         self._lib.rms_norm(self._x.data_ptr(), norm.weight.data_ptr(), norm.eps, self._x.shape[0],
                            self._out.data_ptr())

@@ -276,27 +276,36 @@ static void rope(float *restrict x, const float *restrict cos, const float *rest
     }
 }
 
-/* One query token against its cache slots [key_slot, key_slot + num_keys) of head-major [kvh, num_slots, d]
-   caches; scores is scratch of num_keys floats. */
-static void attend(const float *q, const float *k_cache, const float *v_cache, long num_slots, long key_slot,
-                   long num_keys, int heads, int kv_heads, int d, float *scores, float *out) {
+/* One query token against its num_keys keys: the first num_keys slots of the sequence's blocks (`blocks`, block_size
+   slots each, anywhere in the pool) of head-major [kvh, num_slots, d] caches; scores is scratch of num_keys floats.
+   A block's keys are side by side, so the walk is one contiguous run per block. */
+static void attend(const float *q, const float *k_cache, const float *v_cache, long num_slots, const int *blocks,
+                   int block_size, long num_keys, int heads, int kv_heads, int d, float *scores, float *out) {
     float scale = 1.0f / sqrtf((float)d);
     for (int h = 0; h < heads; h++) {
-        size_t base = ((size_t)(h / (heads / kv_heads)) * num_slots + key_slot) * d;
-        const float *qh = q + (size_t)h * d, *keys = k_cache + base, *values = v_cache + base;
+        size_t head = (size_t)(h / (heads / kv_heads)) * num_slots;
+        const float *qh = q + (size_t)h * d;
         float top = -INFINITY, total = 0.0f;
-        for (long t = 0; t < num_keys; t++) {
-            float s = 0.0f;
-            for (int j = 0; j < d; j++) s += qh[j] * keys[t * d + j];
-            scores[t] = s * scale;
-            top = scores[t] > top ? scores[t] : top;
+        for (long t0 = 0; t0 < num_keys; t0 += block_size) {
+            const float *keys = k_cache + (head + (size_t)blocks[t0 / block_size] * block_size) * d;
+            long n = num_keys - t0 < block_size ? num_keys - t0 : block_size;
+            for (long t = 0; t < n; t++) {
+                float s = 0.0f;
+                for (int j = 0; j < d; j++) s += qh[j] * keys[t * d + j];
+                scores[t0 + t] = s * scale;
+                top = scores[t0 + t] > top ? scores[t0 + t] : top;
+            }
         }
         for (long t = 0; t < num_keys; t++) total += scores[t] = expf(scores[t] - top);
         float *oh = out + (size_t)h * d;
         memset(oh, 0, sizeof(float) * (size_t)d);
-        for (long t = 0; t < num_keys; t++) {
-            float p = scores[t] / total;
-            for (int j = 0; j < d; j++) oh[j] += p * values[t * d + j];
+        for (long t0 = 0; t0 < num_keys; t0 += block_size) {
+            const float *values = v_cache + (head + (size_t)blocks[t0 / block_size] * block_size) * d;
+            long n = num_keys - t0 < block_size ? num_keys - t0 : block_size;
+            for (long t = 0; t < n; t++) {
+                float p = scores[t0 + t] / total;
+                for (int j = 0; j < d; j++) oh[j] += p * values[t * d + j];
+            }
         }
     }
 }
@@ -315,10 +324,10 @@ typedef struct {
     long num_slots;
 } Shape;
 
-/* x[hidden] += attention and MLP of one layer for one token at `slot`; scratch holds
-   hidden + (heads + 2 kv_heads) d + heads d + 2 intermediate + num_keys floats. */
+/* x[hidden] += attention and MLP of one layer for one token at `slot`, attending to its num_keys keys in `blocks`;
+   scratch holds hidden + (heads + 2 kv_heads) d + heads d + 2 intermediate + num_keys floats. */
 void decode_layer(const Layer *l, const Shape *s, float *x, const float *cos, const float *sin, long slot,
-                  long key_slot, long num_keys, float *scratch) {
+                  const int *blocks, int block_size, long num_keys, float *scratch) {
     int d = s->head_dim, q_dim = s->heads * d, kv_dim = s->kv_heads * d;
     float *normed = scratch, *qkv = normed + s->hidden, *attn = qkv + q_dim + 2 * kv_dim;
     float *gate_up = attn + q_dim, *scores = gate_up + 2 * s->intermediate;
@@ -330,7 +339,8 @@ void decode_layer(const Layer *l, const Shape *s, float *x, const float *cos, co
         memcpy(l->k_cache + at, qkv + q_dim + h * d, sizeof(float) * (size_t)d);
         memcpy(l->v_cache + at, qkv + q_dim + kv_dim + h * d, sizeof(float) * (size_t)d);
     }
-    attend(qkv, l->k_cache, l->v_cache, s->num_slots, key_slot, num_keys, s->heads, s->kv_heads, d, scores, attn);
+    attend(qkv, l->k_cache, l->v_cache, s->num_slots, blocks, block_size, num_keys, s->heads, s->kv_heads, d, scores,
+           attn);
     project(attn, l->o, l->o_scale, NULL, q_dim, s->hidden, normed);
     for (int i = 0; i < s->hidden; i++) x[i] += normed[i];
     rms_norm(x, l->post_norm, s->eps, s->hidden, normed);
@@ -345,6 +355,7 @@ void decode_layer(const Layer *l, const Shape *s, float *x, const float *cos, co
 
 /* Every layer of the model for one token: one call per step. */
 void decode_layers(const Layer *layers, int num_layers, const Shape *s, float *x, const float *cos, const float *sin,
-                   long slot, long key_slot, long num_keys, float *scratch) {
-    for (int i = 0; i < num_layers; i++) decode_layer(layers + i, s, x, cos, sin, slot, key_slot, num_keys, scratch);
+                   long slot, const int *blocks, int block_size, long num_keys, float *scratch) {
+    for (int i = 0; i < num_layers; i++)
+        decode_layer(layers + i, s, x, cos, sin, slot, blocks, block_size, num_keys, scratch);
 }

@@ -13,6 +13,7 @@ import torch
 from gpu_runtime.engine.llm_engine import EngineConfig, LLMEngine, SamplingParams
 from gpu_runtime.engine.model_runner import ModelRunner, SequenceInput
 from gpu_runtime.model import cpu_kernels
+from gpu_runtime.model.cpu_decode import Batch1Decoder
 from gpu_runtime.quant import int8_blocks
 from gpu_runtime.quant.apply import quantize_model, weight_bytes
 from gpu_runtime.quant.embedding import QuantizedEmbedding
@@ -36,9 +37,11 @@ def _runner(path: Path) -> ModelRunner:
                        num_blocks=32)
 
 
-def _decode_logits(runner: ModelRunner, prompt: list[int], enabled: bool) -> torch.Tensor:
-    """Logits of the prompt's last token decoded alone (batch 1, contiguous blocks) after a prefill of the rest."""
-    blocks = list(range(-(-len(prompt) // BLOCK_SIZE)))
+def _decode_logits(runner: ModelRunner, prompt: list[int], enabled: bool,
+                   blocks: list[int] | None = None) -> torch.Tensor:
+    """Logits of the prompt's last token decoded alone (batch 1) after a prefill of the rest, over `blocks` (default:
+    side by side from block 0)."""
+    blocks = blocks if blocks is not None else list(range(-(-len(prompt) // BLOCK_SIZE)))
     with _kernels(enabled):
         runner.execute([SequenceInput(prompt[:-1], 0, blocks, 0)])
         return runner.execute([SequenceInput(prompt[-1:], len(prompt) - 1, blocks, 1)])[0]
@@ -52,6 +55,30 @@ def test_fp32_logits_equal_the_pytorch_path(fixture: str, request: pytest.Fixtur
     ours = _decode_logits(runner, prompt, True)
     assert runner._decoder is not None  # the step really ran in C
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_scattered_blocks_decode_in_c_and_equal_the_pytorch_path(tiny_llama_sharded: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # Free-list churn scatters a sequence's blocks over the pool. The C step used to run only over side-by-side
+    # blocks, so after a while a server's batch-1 steps all fell back to the PyTorch path (the real-model benchmark's
+    # fp32 rounds slowed 18 -> 38 ms a token as its requests went by). Blocks out of order, one past another's end.
+    runner = _runner(tiny_llama_sharded)
+    prompt = torch.randint(0, runner.config.vocab_size, (37,), generator=torch.Generator().manual_seed(7)).tolist()
+    scattered = [31, 4, 17, 2, 30, 9, 22, 11, 0, 25]  # 10 blocks of 4 slots for 37 keys
+    calls: list[int] = []
+    real = Batch1Decoder.hidden
+
+    def counted(self: Batch1Decoder, *args: object) -> torch.Tensor:
+        calls.append(1)
+        return real(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Batch1Decoder, "hidden", counted)
+    theirs = _decode_logits(runner, prompt, False, scattered)
+    ours = _decode_logits(runner, prompt, True, scattered)
+    assert calls == [1], "the scattered step ran in C"
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    # Where the blocks lie changes nothing but addresses: the same keys, the same sums.
+    torch.testing.assert_close(_decode_logits(runner, prompt, True), ours, rtol=1e-6, atol=1e-6)
 
 
 def test_int8_logits_track_the_pytorch_path(tiny_llama_sharded: Path) -> None:
@@ -138,7 +165,7 @@ def test_a_weight_moved_in_any_layer_builds_anew_even_across_scattered_blocks(ti
     # The real-model benchmark stored the weights row-major and back between rounds: the first layer's weight came
     # back at its old address, the others elsewhere, and a decoder keyed on the first alone read freed memory
     # (greedy output changed). Here the last layer's MLP weight moves to new storage with other values, and the
-    # step before runs on scattered blocks (the PyTorch path), where the decoder was not checked at all.
+    # step before runs on scattered blocks (once the PyTorch path, where the decoder was not checked at all).
     runner = _runner(tiny_llama_sharded)
     prompt = torch.randint(0, runner.config.vocab_size, (21,), generator=torch.Generator().manual_seed(5)).tolist()
     _decode_logits(runner, prompt, True)
@@ -148,7 +175,7 @@ def test_a_weight_moved_in_any_layer_builds_anew_even_across_scattered_blocks(ti
     with torch.no_grad():
         moved = (down.weight.detach() * 1.5).t().contiguous().t()  # the [in, out] layout, new storage and values
     down.weight.data = moved
-    scattered = list(range(32))[::-2][: -(-len(prompt) // BLOCK_SIZE)]  # not consecutive: no C step
+    scattered = list(range(32))[::-2][: -(-len(prompt) // BLOCK_SIZE)]  # not consecutive
     runner.execute([SequenceInput(prompt[:-1], 0, scattered, 0)])
     runner.execute([SequenceInput(prompt[-1:], len(prompt) - 1, scattered, 1)])
     assert runner._decoder is not built  # checked on the scattered step too

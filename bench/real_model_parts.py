@@ -150,8 +150,9 @@ def pytorch_path() -> Iterator[None]:
 @contextmanager
 def row_major(model: nn.Module) -> Iterator[None]:
     """The model with its Linear weights stored row-major, as before gpu_runtime.model.cpu_layout, then given back
-    their own storage: laid out afresh in every round instead, the weights moved to new pages each time, fewer of
-    them huge, and the fp32 engine's later rounds ran up to 1.5x its first (19 ms a token, then 25-30)."""
+    their own storage, so every round measures the engine on the pages it was loaded into (laying them out afresh
+    moved them each round; the later rounds' slowdown first blamed on that was the C decoder's fallback on scattered
+    KV blocks, gpu_runtime.model.cpu_decode)."""
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     kept = [m.weight.data for m in linears]
     with torch.no_grad():

@@ -85,8 +85,9 @@ class AttentionGroup:
     bias: [1, B, 1, max_q, S] float (0 or -inf) for the batched group, else None;
     num_keys: for a batched group of one sequence with one query (batch-1 decode), how many slots it attends to
       (its whole context, so no bias is needed: the step builds no mask and adds none), else 0;
-    key_slot: for batch-1 decode whose blocks lie side by side in the pool (the usual case: the free list hands out
-      ascending ids), the slot of its first key: its K/V are then a slice of the cache, no gather and no tables;
+    key_slot: for batch-1 decode whose blocks lie side by side in the pool (a fresh pool's case: the free list
+      hands out ascending ids; churn scatters them later), the slot of its first key: its K/V are then a slice of
+      the cache, no gather and no tables;
       else -1;
     num_queries: queries per sequence when uniform, else 0;
     pad_index: [B * max_q] positions (relative to start) that fill the padded queries when not uniform;

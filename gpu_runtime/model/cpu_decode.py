@@ -5,10 +5,10 @@ microseconds: on SmolLM2 (30 layers) the ops cost about as much as streaming the
 layers' weight, norm and KV cache addresses to gpu_runtime/model/cpu_kernels.c once, then runs a step as one
 embedding row copy, one C call and the model's own final norm and LM head (whose int8 form runs in C by itself,
 gpu_runtime.quant.int8_blocks). The C code computes what gpu_runtime.model.llama does for one token, attending over
-the sequence's block table wherever its blocks lie (a run of free-list churn scatters them: when only side-by-side
-blocks ran in C, a server's batch-1 steps fell back to the PyTorch path, 1.3-2x slower, once its blocks scattered),
-in fp32 with the additions in another order: logits agree to ~1e-6 and greedy tokens are the same
-(tests/runtime/test_cpu_decode.py).
+the sequence's block table wherever its blocks lie (free-list churn scatters them: when only side-by-side blocks ran
+in C, the real-model benchmark's fp32 engine fell back to the PyTorch path once they scattered, 18 ms a token, then
+25-38 ms in later rounds), in fp32 with the additions in another order: logits agree to ~1e-6 and greedy tokens are
+the same (tests/runtime/test_cpu_decode.py).
 
 Supported: fp32 CPU models whose projections are fp32 in the column-major decode layout or Int8Linear (int8
 weights are multiplied with fp32 activations here, where torch's CPU kernel rounds them to bf16), with an fp32 or
@@ -138,7 +138,8 @@ def decoder_key(model: nn.Module, kv_caches: list[tuple[torch.Tensor, torch.Tens
     an address. Every address, not the first layer's alone: a benchmark that stored the weights row-major and back
     had the first weight come back at its old address (the allocator reused it) and the other layers elsewhere, and
     the decoder read freed memory. Read through the modules' own dicts: nn.Module's attribute lookup made this
-    1.2 ms a step on SmolLM2 (5% of an fp32 step), the dicts ~80 us (0.4% of it, ~1% of an int8 step)."""
+    1.2 ms a step on SmolLM2; the dicts take ~60 us with the objects in cache, but ~0.4 ms inside a step, whose
+    weight stream evicts them (2% of an fp32 step, 6% of an int8 one: the largest per-step cost left)."""
     addresses = []
     for layer in model.layers:
         parts = layer._modules

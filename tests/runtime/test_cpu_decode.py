@@ -57,12 +57,13 @@ def test_fp32_logits_equal_the_pytorch_path(fixture: str, request: pytest.Fixtur
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
 
 
-def test_scattered_blocks_decode_in_c_and_equal_the_pytorch_path(tiny_llama_sharded: Path,
+@pytest.mark.parametrize("fixture", ["tiny_llama_sharded", "tiny_qwen2"])
+def test_scattered_blocks_decode_in_c_and_equal_the_pytorch_path(fixture: str, request: pytest.FixtureRequest,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     # Free-list churn scatters a sequence's blocks over the pool. The C step used to run only over side-by-side
     # blocks, so after a while a server's batch-1 steps all fell back to the PyTorch path (the real-model benchmark's
     # fp32 rounds slowed 18 -> 38 ms a token as its requests went by). Blocks out of order, one past another's end.
-    runner = _runner(tiny_llama_sharded)
+    runner = _runner(request.getfixturevalue(fixture))
     prompt = torch.randint(0, runner.config.vocab_size, (37,), generator=torch.Generator().manual_seed(7)).tolist()
     scattered = [31, 4, 17, 2, 30, 9, 22, 11, 0, 25]  # 10 blocks of 4 slots for 37 keys
     calls: list[int] = []
@@ -81,13 +82,14 @@ def test_scattered_blocks_decode_in_c_and_equal_the_pytorch_path(tiny_llama_shar
     torch.testing.assert_close(_decode_logits(runner, prompt, True), ours, rtol=1e-6, atol=1e-6)
 
 
-def test_int8_logits_track_the_pytorch_path(tiny_llama_sharded: Path) -> None:
+@pytest.mark.parametrize("blocks", [None, [9, 3, 27, 0, 14, 6, 21]], ids=["side-by-side", "scattered"])
+def test_int8_logits_track_the_pytorch_path(tiny_llama_sharded: Path, blocks: list[int] | None) -> None:
     """C multiplies int8 weights with fp32 activations, torch's CPU kernel with bf16 ones: close, not equal."""
     runner = _runner(tiny_llama_sharded)
     quantize_model(runner.model, "int8")
     prompt = list(range(5, 30))
-    theirs = _decode_logits(runner, prompt, False)
-    ours = _decode_logits(runner, prompt, True)
+    theirs = _decode_logits(runner, prompt, False, blocks)
+    ours = _decode_logits(runner, prompt, True, blocks)
     assert runner._decoder is not None
     assert (ours - theirs).abs().max().item() < 0.02 * theirs.abs().max().item()
 

@@ -4,7 +4,7 @@ same parsing), on the reads a 1,000-TunedModel fleet makes.
 
 Real parts: Prometheus (Debian) scraping tests/harness/fleet.py's exporter for NUM_DEPLOYMENTS deployments in one
 namespace, as bench/bench_operator_scale.py's fleet. At 1,000 TunedModels the operator spreads window ends over
-INSTANTS_PER_WINDOW instants a window, each reading its own share of deployments in one grouped read (~22 queries);
+INSTANTS_PER_WINDOW instants a window, each reading its own share of deployments in one grouped read (~30 queries);
 this benchmark makes that read, alternating the two clients round by round in one process, and reports per read:
 wall time and the calling thread's CPU time (where the client's own cost shows; Prometheus' time is in both),
 and once per client the import time and the resident memory it adds.

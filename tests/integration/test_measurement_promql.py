@@ -70,6 +70,9 @@ def _agree(promql: MetricsSnapshot, scraped: MetricsSnapshot) -> None:
     # increase() extrapolates to the window edges (at most ~half a scrape interval each side): counts within 12%
     assert promql.num_requests == pytest.approx(scraped.num_requests, rel=0.12)
     assert promql.prompt_tokens_per_s == pytest.approx(scraped.prompt_tokens_per_s, rel=0.12)
+    # a ratio of two increases over the same window: the extrapolation cancels
+    assert promql.mean_prompt_tokens == pytest.approx(scraped.mean_prompt_tokens, rel=0.02)
+    assert promql.mean_generation_tokens == pytest.approx(scraped.mean_generation_tokens, rel=0.02)
     assert promql.prefix_cache_hit_rate == pytest.approx(scraped.prefix_cache_hit_rate, rel=0.02)
     assert promql.num_running_mean == pytest.approx(scraped.num_running_mean)
     assert promql.kv_cache_usage == pytest.approx(scraped.kv_cache_usage)

@@ -12,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10, 20, 40, 80,
                   160, 640, 2560)
 ITL_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10, 20, 40, 80)
+LENGTH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 REQLAT_BUCKETS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680)
 
 
@@ -35,6 +36,8 @@ class FakeVllm:
         self.queue = histogram("vllm:request_queue_time_seconds", REQLAT_BUCKETS_S)
         self.prefill = histogram("vllm:request_prefill_time_seconds", REQLAT_BUCKETS_S)
         self.decode = histogram("vllm:request_decode_time_seconds", REQLAT_BUCKETS_S)
+        self.prompt_lengths = histogram("vllm:request_prompt_tokens", LENGTH_BUCKETS)
+        self.generation_lengths = histogram("vllm:request_generation_tokens", LENGTH_BUCKETS)
         self.prompt = counter("vllm:prompt_tokens")
         self.generation = counter("vllm:generation_tokens")
         self.success = Counter("vllm:request_success", "", ["model_name", "finished_reason"], registry=self.registry)
@@ -45,8 +48,13 @@ class FakeVllm:
         self.waiting = Gauge("vllm:num_requests_waiting", "", ["model_name"], registry=self.registry).labels(model)
         self.kv = Gauge("vllm:kv_cache_usage_perc", "", ["model_name"], registry=self.registry).labels(model)
 
+    def admit(self, prompt_tokens: int) -> None:
+        """A request prefilled and still running: vLLM counts its prompt tokens now, its lengths when it finishes."""
+        self.prompt.inc(prompt_tokens)
+
     def finish(self, ttft_s: float, e2e_s: float, prompt_tokens: int, output_tokens: int = 2,
-               reason: str = "length", queue_s: float = 0.0) -> None:
+               reason: str = "length", queue_s: float = 0.0, prefilled: bool = False) -> None:
+        """One finished request; `prefilled`: its prompt tokens were counted by an earlier `admit`."""
         tpot_s = (e2e_s - ttft_s) / max(1, output_tokens - 1)
         self.ttft.observe(ttft_s)
         self.e2e.observe(e2e_s)
@@ -56,7 +64,10 @@ class FakeVllm:
         self.tpot.observe(tpot_s)
         for _ in range(output_tokens - 1):
             self.itl.observe(tpot_s)
-        self.prompt.inc(prompt_tokens)
+        if not prefilled:
+            self.prompt.inc(prompt_tokens)
+        self.prompt_lengths.observe(prompt_tokens)
+        self.generation_lengths.observe(output_tokens)
         self.generation.inc(output_tokens)
         self.success.labels(self.model, reason).inc()
 

@@ -46,7 +46,7 @@ Readings = dict[GroupKey, WindowReadings]
 # Read = (url, names, namespace, window_s, end_s, deployments): deployments None reads the whole namespace.
 Read = Callable[[str, MetricNames, str, float, float, frozenset[str] | None], Readings]
 DEPLOYMENTS_PER_WINDOW = 200  # a namespace this large has its windows' ends spread over a whole window
-PHASES = 15  # distinct instants a window's ends are spread over at most (each a grouped read, ~22 queries)
+PHASES = 15  # distinct instants a window's ends are spread over at most (each a grouped read, ~30 queries)
 READERS = 2  # grouped reads in flight toward Prometheus, at most
 
 

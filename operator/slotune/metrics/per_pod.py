@@ -10,6 +10,7 @@ gauges averaged (running and waiting are per replica, as in a deployment's windo
 from __future__ import annotations
 
 import functools
+import operator
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -52,8 +53,10 @@ def pool_readings(readings: Sequence[WindowReadings]) -> WindowReadings:
         found = [v for r in readings if (v := getattr(r, field.name)) is not None]
         if not found:
             values[field.name] = None
-        else:
-            values[field.name] = statistics.fmean(found) if field.name in _GAUGES else sum(found)
+        elif field.name in _GAUGES:
+            values[field.name] = statistics.fmean(found)
+        else:  # counts, and length totals (which add as pairs)
+            values[field.name] = functools.reduce(operator.add, found)
     return WindowReadings(window_s=first.window_s, latencies=latencies, **values)
 
 

@@ -25,6 +25,7 @@ from requests.adapters import Retry
 from slotune.metrics.exposition import HistogramReading
 from slotune.metrics.names import MetricNames, counter_sample
 from slotune.metrics.window import (
+    LengthTotals,
     MetricsUnavailable,
     UnavailableReason,
     WindowReadings,
@@ -76,7 +77,7 @@ class PrometheusClient:
     """Instant queries against one Prometheus through prometheus-api-client's `PrometheusConnect` (the client users
     of Prometheus in Python know); every answer is a list of (labels, value). Without its retries: a tick must see
     Prometheus down at once (MetricsAvailable=False, the config kept), not after backing off 1 + 2 + 4 s on a reader
-    thread. Once `stop` is set no further query is sent: a grouped read is ~22 queries, and a reader thread finishing
+    thread. Once `stop` is set no further query is sent: a grouped read is ~30 queries, and a reader thread finishing
     one on a loaded Prometheus held the operator's exit for 10 s after SIGTERM (the interpreter joins its threads)."""
 
     def __init__(self, url: str, timeout_s: float = 10.0, stop: threading.Event | None = None) -> None:
@@ -160,6 +161,14 @@ class PromQLReader:
             return {}
         return self._grouped(f"{self._by()} (increase({counter_sample(counter)}{self.labels}[{window}]))", at_s)
 
+    def length_totals(self, histogram: str | None, window: str, at_s: float) -> dict[GroupKey, LengthTotals]:
+        """A per-request length histogram's `_sum` and `_count` increases (no buckets: only its mean is read)."""
+        if histogram is None:
+            return {}
+        totals = self._grouped(f"{self._by()} (increase({histogram}_sum{self.labels}[{window}]))", at_s)
+        counts = self._grouped(f"{self._by()} (increase({histogram}_count{self.labels}[{window}]))", at_s)
+        return {key: LengthTotals(total, counts[key]) for key, total in totals.items() if key in counts}
+
     def gauges(self, gauge: str | None, window: str, at_s: float) -> dict[GroupKey, float]:
         """Time-average per replica, then averaged over replicas (running and waiting are per replica)."""
         if gauge is None:
@@ -176,16 +185,19 @@ class PromQLReader:
             return {}
         counters = {role: self.increases(getattr(names, role), window, at_s) for role in _COUNTER_ROLES}
         gauges = {role: self.gauges(getattr(names, role), window, at_s) for role in _GAUGE_ROLES}
-        return {key: _readings(key, window_s, histograms, counters, gauges) for key in keys}
+        lengths = {role: self.length_totals(getattr(names, role), window, at_s) for role in _LENGTH_ROLES}
+        return {key: _readings(key, window_s, histograms, counters, gauges, lengths) for key in keys}
 
 
 _COUNTER_ROLES = ("request_success", "prompt_tokens", "generation_tokens", "prefix_cache_queries", "prefix_cache_hits",
                   "spec_drafts", "spec_draft_tokens", "spec_accepted_tokens", "num_preemptions")
 _GAUGE_ROLES = ("prefix_cache_hit_rate", "spec_accept_length", "num_running", "num_waiting", "kv_cache_usage")
+_LENGTH_ROLES = ("request_prompt_tokens", "request_generation_tokens")
 
 
 def _readings(key: GroupKey, window_s: float, histograms: dict[LatencyMetric, dict[GroupKey, HistogramReading]],
-              counters: dict[str, dict[GroupKey, float]], gauges: dict[str, dict[GroupKey, float]]) -> WindowReadings:
+              counters: dict[str, dict[GroupKey, float]], gauges: dict[str, dict[GroupKey, float]],
+              lengths: dict[str, dict[GroupKey, LengthTotals]]) -> WindowReadings:
     latencies = {metric: summary_from_reading(found.get(key)) for metric, found in histograms.items()}
     finished = counters["request_success"].get(key)
     if finished is None and LatencyMetric.E2E in latencies:
@@ -201,6 +213,8 @@ def _readings(key: GroupKey, window_s: float, histograms: dict[LatencyMetric, di
         spec_accept_length=gauges["spec_accept_length"].get(key),
         num_running_mean=gauges["num_running"].get(key), num_waiting_mean=gauges["num_waiting"].get(key),
         kv_cache_usage_mean=gauges["kv_cache_usage"].get(key), num_preemptions=counters["num_preemptions"].get(key),
+        prompt_lengths=lengths["request_prompt_tokens"].get(key),
+        generation_lengths=lengths["request_generation_tokens"].get(key),
     )
 
 

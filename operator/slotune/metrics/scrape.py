@@ -16,6 +16,7 @@ import httpx
 from slotune.metrics.exposition import Exposition, HistogramReading, add_histograms
 from slotune.metrics.names import MetricNames
 from slotune.metrics.window import (
+    LengthTotals,
     MetricsUnavailable,
     UnavailableReason,
     WindowReadings,
@@ -70,6 +71,12 @@ def _histogram_increase(pairs: Sequence[tuple[Exposition, Exposition]], name: st
     return add_histograms(deltas)
 
 
+def _length_totals(pairs: Sequence[tuple[Exposition, Exposition]], name: str | None,
+                   selector: Mapping[str, str]) -> LengthTotals | None:
+    reading = _histogram_increase(pairs, name, selector) if name is not None else None
+    return LengthTotals(reading.sum_s, reading.count) if reading is not None else None
+
+
 def readings_from_scrapes(
     before: Sequence[Exposition], after: Sequence[Exposition], window_s: float, names: MetricNames,
     selector: Mapping[str, str],
@@ -101,6 +108,8 @@ def readings_from_scrapes(
         num_waiting_mean=_gauge_mean(scrapes, names.num_waiting, selector),
         kv_cache_usage_mean=_gauge_mean(scrapes, names.kv_cache_usage, selector),
         num_preemptions=increase(names.num_preemptions),
+        prompt_lengths=_length_totals(pairs, names.request_prompt_tokens, selector),
+        generation_lengths=_length_totals(pairs, names.request_generation_tokens, selector),
     )
 
 

@@ -29,6 +29,31 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
 
 
 @dataclass(frozen=True)
+class LengthTotals:
+    """`_sum` and `_count` increases of a per-request length histogram (vLLM's `request_prompt_tokens`): both are
+    observed when a request finishes, so their ratio is the mean length of the window's finished requests. The token
+    counters count at prefill and at each step instead; divided by the finished count they misread the mean on any
+    window where the load changes (a falling load's window reads prompts prefilled for requests that finish later)."""
+
+    total: float
+    count: float
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count > 0 else None
+
+    def __add__(self, other: LengthTotals) -> LengthTotals:
+        """Two replicas' totals pooled."""
+        return LengthTotals(self.total + other.total, self.count + other.count)
+
+
+def _mean_length(totals: LengthTotals | None, tokens: float | None, finished: float) -> float | None:
+    """The per-request histogram's mean where the engine exposes one, else the token counter over finished requests."""
+    measured = totals.mean if totals is not None else None
+    return measured if measured is not None else _ratio(tokens, finished)
+
+
+@dataclass(frozen=True)
 class WindowReadings:
     """Increases of counters over `window_s`, means of gauges, and latency summaries; None = not exposed."""
 
@@ -48,6 +73,8 @@ class WindowReadings:
     num_waiting_mean: float | None = None
     kv_cache_usage_mean: float | None = None
     num_preemptions: float | None = None
+    prompt_lengths: LengthTotals | None = None
+    generation_lengths: LengthTotals | None = None
 
     def to_snapshot(self, source: Source) -> MetricsSnapshot:
         latency = self.latencies.get
@@ -65,8 +92,8 @@ class WindowReadings:
             request_rate_per_s=self.num_requests / self.window_s,
             prompt_tokens_per_s=(self.prompt_tokens or 0.0) / self.window_s,
             generation_tokens_per_s=(self.generation_tokens or 0.0) / self.window_s,
-            mean_prompt_tokens=_ratio(self.prompt_tokens, self.num_requests),
-            mean_generation_tokens=_ratio(self.generation_tokens, self.num_requests),
+            mean_prompt_tokens=_mean_length(self.prompt_lengths, self.prompt_tokens, self.num_requests),
+            mean_generation_tokens=_mean_length(self.generation_lengths, self.generation_tokens, self.num_requests),
             prefix_cache_hit_rate=hit_rate if hit_rate is not None else self.prefix_cache_hit_rate,
             spec_acceptance_rate=_ratio(self.spec_accepted_tokens, self.spec_draft_tokens),
             spec_mean_acceptance_length=accept_length,

@@ -423,7 +423,7 @@ class _SlowPrometheus(http.server.BaseHTTPRequestHandler):
 
 
 def test_close_ends_a_read_in_flight_before_its_next_query() -> None:
-    """On SIGTERM the interpreter joins the reader threads: a grouped read of ~22 queries on a loaded Prometheus
+    """On SIGTERM the interpreter joins the reader threads: a grouped read of ~30 queries on a loaded Prometheus
     finished first, and held the operator's exit past 10 s at 500 and 1,000 TunedModels."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowPrometheus)
     threading.Thread(target=server.serve_forever, daemon=True).start()

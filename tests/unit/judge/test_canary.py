@@ -9,7 +9,7 @@ import pytest
 
 from slotune.judge.canary import ALPHA, CanaryOutcome, judge
 from slotune.metrics.per_pod import pool_readings, split_arms
-from slotune.metrics.window import MetricsUnavailable, WindowReadings
+from slotune.metrics.window import LengthTotals, MetricsUnavailable, WindowReadings
 from slotune.slo import SLOSpec
 from slotune.snapshot import Histogram, LatencyMetric, LatencySummary, MetricsSnapshot, Source
 
@@ -85,7 +85,8 @@ def test_an_arm_without_requests_is_not_judged() -> None:
 def _readings(counts: tuple[float, ...], requests: float, running: float) -> WindowReadings:
     ttft = LatencySummary.from_histogram(Histogram(SHORT, counts))
     return WindowReadings(window_s=10.0, latencies={LatencyMetric.TTFT: ttft}, num_requests=requests,
-                          generation_tokens=requests * 10, num_running_mean=running)
+                          generation_tokens=requests * 10, num_running_mean=running,
+                          prompt_lengths=LengthTotals(requests * running * 100, requests))
 
 
 def test_siblings_pool_counts_and_average_gauges_the_canary_stands_alone() -> None:
@@ -94,6 +95,7 @@ def test_siblings_pool_counts_and_average_gauges_the_canary_stands_alone() -> No
     pooled = pool_readings([by_pod["a"], by_pod["b"]])
     assert pooled.latencies[LatencyMetric.TTFT].histogram == Histogram(SHORT, (1, 3, 4, 2))
     assert (pooled.num_requests, pooled.generation_tokens, pooled.num_running_mean) == (10, 100, 3.0)
+    assert pooled.to_snapshot(Source.PROMETHEUS).mean_prompt_tokens == (6 * 200 + 4 * 400) / 10  # per request
     arms = split_arms(by_pod, "c")
     assert arms.baseline_pods == ("a", "b")
     assert (arms.canary.num_requests, arms.baseline.num_requests) == (5, 10)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +69,37 @@ def test_two_scrapes_difference_into_the_window_snapshot() -> None:
     assert snapshot.tpot.count == 400 and 500 < snapshot.tpot.p50_ms <= 750  # (e2e - ttft) / (2 - 1) = 600 ms
     assert snapshot.decode.mean_ms == pytest.approx(600.0)
     assert snapshot.spec_acceptance_rate is None  # not exposed: unknown, not zero
+
+
+def test_mean_lengths_are_those_of_the_requests_that_finished_in_the_window() -> None:
+    """vLLM counts prompt tokens at prefill and finished requests at the end: on a window where the load falls, the
+    requests finishing were prefilled before it and those prefilled in it finish after it. The counter ratio reads
+    (300 * 40) / 100 = 120 tokens a request here; the requests that finished had 100 and 7."""
+    server = FakeVllm()
+    for _ in range(100):
+        server.admit(100)
+    before = Exposition.parse(server.text())
+    for _ in range(100):
+        server.finish(ttft_s=0.05, e2e_s=1.0, prompt_tokens=100, output_tokens=7, prefilled=True)
+    for _ in range(40):
+        server.admit(300)
+    after = Exposition.parse(server.text())
+
+    snapshot = readings_from_scrapes([before], [after], 10.0, names_for(Engine.VLLM), MODEL).to_snapshot(Source.SCRAPE)
+    assert snapshot.num_requests == 100 and snapshot.prompt_tokens_per_s == 1200.0
+    assert snapshot.mean_prompt_tokens == 100.0 and snapshot.mean_generation_tokens == 7.0
+
+
+def test_without_length_histograms_the_mean_is_the_counter_ratio() -> None:
+    """An engine exposing only the token counters (SGLang, an older vLLM) still gets a mean length."""
+    server = FakeVllm()
+    before = Exposition.parse(server.text())
+    for _ in range(20):
+        server.finish(ttft_s=0.05, e2e_s=1.0, prompt_tokens=50, output_tokens=4)
+    after = Exposition.parse(server.text())
+    names = replace(names_for(Engine.VLLM), request_prompt_tokens=None, request_generation_tokens=None)
+    snapshot = readings_from_scrapes([before], [after], 10.0, names, MODEL).to_snapshot(Source.SCRAPE)
+    assert snapshot.mean_prompt_tokens == 50.0 and snapshot.mean_generation_tokens == 4.0
 
 
 def test_replicas_sum_and_a_restarted_replica_counts_from_zero() -> None:

@@ -10,8 +10,9 @@ load average ~6): 1 row 23.8 vs 30.2 ms, 8 rows 60 vs 78, 64 rows 204 vs 268, 25
 859. MKL dispatches by CPU vendor; on Intel cores the gap may be nil, and the benchmark reports it per machine.
 
 The product reads the weight's [in, out] storage (gpu_runtime.model.cpu_layout) as a numpy view, no copy: x @ W^T
-with W^T row-major is `sgemv` (one row) or `sgemm` over the same bytes. Two rows or more go through cpu_kernels.c's
-GEMM instead where it runs AVX-512, faster than `sgemm` at every row count measured (`_rows`). Results differ from
+with W^T row-major is `sgemv` (one row) or `sgemm` over the same bytes. Where cpu_kernels.c is built, one row goes
+through its GEMV and two rows or more through its GEMM (where it runs AVX-512), each faster than OpenBLAS's here
+(`_rows`). Results differ from
 MKL's only in summation order (fp32 rounding).
 
 Used only where it is safe and measured: a CPU fp32 input, a column-major weight, no autograd, and one torch thread
@@ -127,7 +128,7 @@ class BlasLinear(nn.Linear):
                 rows = x.detach().reshape(-1, self.in_features).contiguous()
                 y = _rows(rows, weight_t)
                 if y is None:
-                    vector = rows.shape[0] == 1  # one row: a GEMV (sgemv), the decode step's case
+                    vector = rows.shape[0] == 1  # one row: a GEMV (sgemv), where the C kernels are missing
                     out = np.matmul(rows.numpy()[0] if vector else rows.numpy(), weight_t)
                     y = torch.from_numpy(out)
                 y = y.view(*x.shape[:-1], self.out_features)
@@ -136,16 +137,21 @@ class BlasLinear(nn.Linear):
 
 
 def _rows(rows: torch.Tensor, weight_t: np.ndarray) -> torch.Tensor | None:
-    """rows @ weight_t through cpu_kernels.c's gemm_f32_rows for two rows or more (a batched decode step, a prefill
-    chunk), where it runs AVX-512; None elsewhere. OpenBLAS packs its panels on every call and its sgemm reached
-    ~90 GFLOP/s here; over SmolLM2's shapes with the weights cold, as in a step, the kernel measured 1.9x it at 2
-    rows, 1.85x at 16, 1.66x at 64, 1.56x at 128 and 1.34x at 2048 (one row stays OpenBLAS's sgemv: 0.8x there)."""
-    if rows.shape[0] < 2:
-        return None
+    """rows @ weight_t through cpu_kernels.c where it runs; None elsewhere. One row (a batch-1 step's output head;
+    its decoder layers run in C already, gpu_runtime.model.cpu_decode) takes `gemv_f32`, which streams SmolLM2's
+    fp32 head (113 MB) faster than OpenBLAS's sgemv. Two rows or more (a batched decode step, a prefill chunk) take
+    `gemm_f32_rows` where it runs AVX-512: OpenBLAS packs its panels on every call and its sgemm reached ~90 GFLOP/s
+    here; over SmolLM2's shapes with the weights cold, as in a step, the kernel measured 1.9x it at 2 rows, 1.85x at
+    16, 1.66x at 64, 1.56x at 128 and 1.34x at 2048."""
     lib = cpu_kernels.kernels()
-    if lib is None or not lib.gemm_f32_rows_fast():
+    if lib is None:
         return None
     y = torch.empty(rows.shape[0], weight_t.shape[1])
+    if rows.shape[0] == 1:
+        lib.gemv_f32(rows.data_ptr(), weight_t.ctypes.data, weight_t.shape[0], weight_t.shape[1], y.data_ptr())
+        return y
+    if not lib.gemm_f32_rows_fast():
+        return None
     lib.gemm_f32_rows(rows.data_ptr(), weight_t.ctypes.data, rows.shape[0], weight_t.shape[0], weight_t.shape[1],
                       y.data_ptr())
     return y

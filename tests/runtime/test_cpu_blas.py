@@ -1,6 +1,6 @@
-"""fp32 CPU linear layers through numpy's OpenBLAS (gpu_runtime.model.cpu_blas): the path is taken here (pinned to one
-OpenBLAS thread), equals F.linear to fp32 rounding for one row (GEMV) and many (GEMM), leaves every other case to
-F.linear bit for bit, and the engine's greedy output and logits are those of torch's kernel."""
+"""fp32 CPU linear layers through cpu_kernels.c and numpy's OpenBLAS (gpu_runtime.model.cpu_blas): the path is taken
+here (OpenBLAS pinned to one thread), equals F.linear to fp32 rounding for one row (GEMV) and many (GEMM), leaves every
+other case to F.linear bit for bit, and the engine's greedy output and logits are those of torch's kernel."""
 
 from __future__ import annotations
 
@@ -47,16 +47,27 @@ def test_numpy_openblas_is_found_and_pinned_to_one_thread() -> None:
     assert cpu_blas.openblas_threads() == 1, "its worker threads would fight the engine's for two cores"
 
 
-@pytest.mark.parametrize("bias", [False, True])
-def test_one_row_goes_through_numpy_and_equals_f_linear(numpy_calls: list[tuple[int, ...]], bias: bool) -> None:
-    layer = _layer(96, 200, bias)
-    x = torch.randn(1, 96)
+# A projection's row (one pass, no prefetch), an output head's (rows of 8192 floats and more prefetch the input quads
+# two ahead) and one past a pass of 32768 columns, each with 1-3 input rows past the last quad.
+@pytest.mark.parametrize(("in_features", "out_features", "bias"), [
+    (96, 200, False), (97, 200, True), (26, 8192, False), (35, 40000, True)])
+def test_one_row_goes_through_the_c_gemv_or_numpy_and_equals_f_linear(
+        numpy_calls: list[tuple[int, ...]], in_features: int, out_features: int, bias: bool) -> None:
+    layer = _layer(in_features, out_features, bias)
+    x = torch.randn(1, in_features)
     with torch.inference_mode():
         out = layer(x)
-    assert numpy_calls == [(96, 200)], "the [in, out] storage, as a numpy view"
-    assert out.shape == (1, 200) and out.dtype == torch.float32
-    torch.testing.assert_close(out, F.linear(x, layer.weight.detach(), None if layer.bias is None
-                                             else layer.bias.detach()), rtol=1e-5, atol=1e-6)
+    assert numpy_calls == ([] if cpu_kernels.kernels() is not None else [(in_features, out_features)])
+    assert out.shape == (1, out_features) and out.dtype == torch.float32
+    expected = F.linear(x, layer.weight.detach(), None if layer.bias is None else layer.bias.detach())
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    with torch.inference_mode():
+        previous = cpu_kernels.set_enabled(False)  # no kernels: numpy's sgemv over the [in, out] storage
+        try:
+            torch.testing.assert_close(layer(x), out, rtol=1e-5, atol=1e-5)
+        finally:
+            cpu_kernels.set_enabled(previous)
+    assert numpy_calls[-1] == (in_features, out_features), "the [in, out] storage, as a numpy view"
 
 
 def test_a_prefill_chunk_with_leading_dims_takes_the_c_kernel_or_numpy(numpy_calls: list[tuple[int, ...]]) -> None:
@@ -126,7 +137,17 @@ def _engine(path: Path) -> LLMEngine:
 
 @pytest.mark.parametrize("fixture", ["tiny_llama_sharded", "tiny_qwen2"])  # qwen2: biased q/k/v
 def test_engine_output_and_logits_equal_torch_s_kernel(request: pytest.FixtureRequest, fixture: str,
-                                                       numpy_calls: list[tuple[int, ...]]) -> None:
+                                                       numpy_calls: list[tuple[int, ...]],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    kernel_calls: list[int] = []  # rows multiplied by cpu_kernels.c
+    real_rows = cpu_blas._rows
+
+    def counting(rows: torch.Tensor, weight_t: np.ndarray) -> torch.Tensor | None:
+        y = real_rows(rows, weight_t)
+        kernel_calls.extend([rows.shape[0]] if y is not None else [])
+        return y
+
+    monkeypatch.setattr(cpu_blas, "_rows", counting)
     engine = _engine(request.getfixturevalue(fixture))
     params = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
     single = [engine.generate([p], params)[0] for p in PROMPTS]  # one sequence: batch-1 decode steps
@@ -134,7 +155,9 @@ def test_engine_output_and_logits_equal_torch_s_kernel(request: pytest.FixtureRe
     hidden = torch.randn(1, engine.model_config.hidden_size)
     with torch.inference_mode():
         logits = engine.runner.model.compute_logits(hidden)
-    assert numpy_calls, "prefill, decode and the head went through numpy"
+    assert numpy_calls or kernel_calls, "prefill, decode and the head went through the kernels or numpy"
+    if cpu_kernels.kernels() is not None:
+        assert 1 in kernel_calls, "a batch-1 step's head (and the logits above) took the C GEMV"
     previous = cpu_blas.set_enabled(False)
     try:
         assert [engine.generate([p], params)[0] for p in PROMPTS] == single

@@ -290,7 +290,7 @@ def speculation(engine: LLMEngine, config: dict[str, Any], max_tokens: int, roun
     `fresh`: an engine on the same file that served nothing before; every plain output is checked against its own,
     so an engine whose state the phases before had changed is reported as such, not taken for speculation's effect
     (it caught the C batch-1 decoder reading freed memory after `row_major`'s round trip: every free-text draft was
-    accepted and the repetitive answer changed; gpu_runtime.model.cpu_decode.decoder_key)."""
+    accepted and the repetitive answer changed; gpu_runtime.model.cpu_decode.DecoderWatch)."""
     template = ChatTemplate.from_model(Path(engine.config.model))
     rows = []
     for name, request in (("repetitive", REPETITIVE_REQUEST), ("free", FREE_REQUEST)):

@@ -15,7 +15,7 @@ import torch
 
 from gpu_runtime.config import ModelConfig
 from gpu_runtime.model.attention import AttentionGroup, AttentionMetadata, RopeTables
-from gpu_runtime.model.cpu_decode import Batch1Decoder, decoder_key
+from gpu_runtime.model.cpu_decode import Batch1Decoder, DecoderWatch
 from gpu_runtime.model.loader import load_model, load_weights
 
 # Sequences with at most this many query tokens are attended together in one padded SDPA call.
@@ -55,7 +55,7 @@ class ModelRunner:
         self.num_blocks = 0
         self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._decoder: Batch1Decoder | None = None  # the C batch-1 path (CPU only), built on first use
-        self._decoder_key: tuple[object, ...] = ()  # what it was built on: a change builds it anew
+        self._decoder_watch: DecoderWatch | None = None  # what it was built on: a change builds it anew
         if num_blocks is not None:
             self.allocate_kv_cache(num_blocks)
 
@@ -105,9 +105,10 @@ class ModelRunner:
     def _batch1_decoder(self) -> Batch1Decoder | None:
         if self.device.type != "cpu":
             return None
-        key = decoder_key(self.model, self.kv_caches)
-        if key != self._decoder_key:  # first use, or the weights' modules, layout or caches changed
-            self._decoder, self._decoder_key = Batch1Decoder.build(self.model, self.rope, self.kv_caches), key
+        watch = self._decoder_watch
+        if watch is None or not watch.holds(self.model, self.kv_caches):  # first use, or weights or caches changed
+            self._decoder_watch = DecoderWatch.of(self.model, self.kv_caches)
+            self._decoder = Batch1Decoder.build(self.model, self.rope, self.kv_caches)
         return self._decoder
 
     def _order(self, inputs: list[SequenceInput]) -> list[int]:

@@ -19,9 +19,15 @@ builds no decoder and keeps the PyTorch path.
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.nn.modules.module import (
+    register_module_buffer_registration_hook,
+    register_module_module_registration_hook,
+    register_module_parameter_registration_hook,
+)
 
 from gpu_runtime.model.attention import RopeTables
 from gpu_runtime.model.cpu_kernels import Layer, Shape, kernels
@@ -63,7 +69,7 @@ class Batch1Decoder:
         cfg = model.config
         self._lib, self._model, self._rope, self._layers = lib, model, rope, layers
         # The C layers hold raw addresses: keeping their storages alive (detached tensors, not the Parameters, whose
-        # `.data` may be swapped for another storage) means no later tensor can reuse an address, so decoder_key's
+        # `.data` may be swapped for another storage) means no later tensor can reuse an address, so DecoderWatch's
         # address check cannot mistake a replaced weight for the one built on.
         self._keep = [t.detach() for t in (*model.parameters(), *model.buffers(), *(t for kv in kv_caches for t in kv))]
         self._shape = Shape(cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size,
@@ -131,33 +137,74 @@ def _layer(layer: nn.Module, kv: tuple[torch.Tensor, torch.Tensor]) -> Layer | N
                  kv[0].data_ptr(), kv[1].data_ptr())
 
 
-def decoder_key(model: nn.Module, kv_caches: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[object, ...]:
-    """What a built decoder depends on, checked every batch-1 step: whether the kernels are on, the model, the
-    address of every weight, norm and bias the C layers read, and the caches. A reload copies into the same storage,
-    which the C code reads in place; anything else (quantization, a re-layout, one weight's `.data` swapped) moves
-    an address. Every address, not the first layer's alone: a benchmark that stored the weights row-major and back
-    had the first weight come back at its old address (the allocator reused it) and the other layers elsewhere, and
-    the decoder read freed memory. Read through the modules' own dicts: nn.Module's attribute lookup made this
-    1.2 ms a step on SmolLM2; the dicts take ~60 us with the objects in cache, but ~0.4 ms inside a step, whose
-    weight stream evicts them (2% of an fp32 step, 6% of an int8 one: the largest per-step cost left)."""
-    addresses = []
-    for layer in model.layers:
-        parts = layer._modules
-        attn, mlp = parts["self_attn"]._modules, parts["mlp"]._modules
-        for module in (attn["qkv_proj"], attn["o_proj"], mlp["gate_up_proj"], mlp["down_proj"],
-                       parts["input_layernorm"], parts["post_attention_layernorm"]):
-            addresses.append(_address(module, "weight", "weight_int8"))  # fp32, else int8 (a buffer)
-        addresses.append(_address(attn["qkv_proj"], "bias"))
-    caches = tuple(t.data_ptr() for kv in kv_caches for t in kv)
-    return kernels() is not None, id(model), tuple(addresses), caches
+class _Registrations:
+    """How many modules, parameters and buffers were registered on any module of the process since import: a global
+    registration hook (nn.Module's setattr and register_* call them) counts each, so replacing a projection
+    (quantization), a parameter or a buffer anywhere shows as a new count without walking the model."""
+
+    count = 0
+
+    @classmethod
+    def seen(cls, module: nn.Module, name: str, value: object) -> None:  # returns None: registers `value` unchanged
+        cls.count += 1
 
 
-def _address(module: nn.Module, *names: str) -> int:
-    """The address of the module's first parameter or buffer of these names; 0 where it has none (no bias, or a
-    layer the C kernels do not run, which builds no decoder)."""
+register_module_module_registration_hook(_Registrations.seen)
+register_module_parameter_registration_hook(_Registrations.seen)
+register_module_buffer_registration_hook(_Registrations.seen)
+
+
+@dataclass(frozen=True)
+class DecoderWatch:
+    """What a built decoder depends on, checked every batch-1 step: whether the kernels are on, the model, no
+    module, parameter or buffer registered since, the address of every weight, norm and bias the C layers read, and
+    the caches. A reload copies into the same storage, which the C code reads in place; a replaced module or
+    parameter is a registration; a weight's `.data` swapped for other storage moves its address. Every address, not
+    the first layer's alone: a benchmark that stored the weights row-major and back had the first weight come back
+    at its old address (the allocator reused it) and the other layers elsewhere, and the decoder read freed memory.
+
+    The walk through the modules that finds those tensors runs when the watch is made, not per step: it cost
+    ~0.4 ms inside a step on SmolLM2 (the step's weight stream evicts the ~1500 lines of module dicts it reads; 2%
+    of an fp32 step, 6% of an int8 one). A step reads the kept tensors' addresses alone, in one C-level map."""
+
+    kernels_on: bool
+    model: nn.Module
+    registrations: int
+    tensors: tuple[torch.Tensor, ...]  # the weights, norms and biases as found: Parameters and buffers themselves
+    addresses: list[int]
+    caches: tuple[int, ...]
+
+    @classmethod
+    def of(cls, model: nn.Module, kv_caches: list[tuple[torch.Tensor, torch.Tensor]]) -> DecoderWatch:
+        tensors = []
+        for layer in model.layers:
+            parts = layer._modules
+            attn, mlp = parts["self_attn"]._modules, parts["mlp"]._modules
+            for module in (attn["qkv_proj"], attn["o_proj"], mlp["gate_up_proj"], mlp["down_proj"],
+                           parts["input_layernorm"], parts["post_attention_layernorm"]):
+                tensors.append(_tensor(module, "weight", "weight_int8"))  # fp32, else int8 (a buffer)
+            tensors.append(_tensor(attn["qkv_proj"], "bias"))
+        found = tuple(t for t in tensors if t is not None)
+        return cls(kernels() is not None, model, _Registrations.count, found,
+                   list(map(torch.Tensor.data_ptr, found)), _cache_addresses(kv_caches))
+
+    def holds(self, model: nn.Module, kv_caches: list[tuple[torch.Tensor, torch.Tensor]]) -> bool:
+        return (self.registrations == _Registrations.count and model is self.model
+                and (kernels() is not None) == self.kernels_on
+                and list(map(torch.Tensor.data_ptr, self.tensors)) == self.addresses
+                and _cache_addresses(kv_caches) == self.caches)
+
+
+def _cache_addresses(kv_caches: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[int, ...]:
+    return tuple(t.data_ptr() for kv in kv_caches for t in kv)
+
+
+def _tensor(module: nn.Module, *names: str) -> torch.Tensor | None:
+    """The module's first parameter or buffer of these names; None where it has none (no bias, or a layer the C
+    kernels do not run, which builds no decoder)."""
     for name in names:
         found = module._parameters.get(name)
         found = module._buffers.get(name) if found is None else found
         if found is not None:
-            return found.data_ptr()
-    return 0
+            return found
+    return None

@@ -141,13 +141,17 @@ def test_int8_block_kernel_equals_the_dequantized_product() -> None:
         torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-6 * expected.abs().max().item())
 
 
-def test_int8_kernel_equals_the_dequantized_product() -> None:
+# Every loop of the dot product: 64 inputs a step (576: SmolLM2's rows), 16 a step after them (48, 100), one by one
+# (70, 100: the tails).
+@pytest.mark.parametrize("n_in", [70, 48, 100, 576])
+def test_int8_kernel_equals_the_dequantized_product(n_in: int) -> None:
     lib = cpu_kernels.kernels()
     gen = torch.Generator().manual_seed(0)
-    q = torch.randint(-127, 128, (37, 70), generator=gen, dtype=torch.int8)  # odd sizes: the vector tails
-    scale, x, y = torch.rand(37, generator=gen), torch.randn(70, generator=gen), torch.empty(37)
-    lib.gemv_i8(x.data_ptr(), q.data_ptr(), scale.data_ptr(), 70, 37, y.data_ptr())
-    torch.testing.assert_close(y, (q.float() @ x) * scale, rtol=1e-5, atol=1e-5)
+    q = torch.randint(-127, 128, (37, n_in), generator=gen, dtype=torch.int8)  # 37 rows: odd
+    scale, x, y = torch.rand(37, generator=gen), torch.randn(n_in, generator=gen), torch.empty(37)
+    lib.gemv_i8(x.data_ptr(), q.data_ptr(), scale.data_ptr(), n_in, 37, y.data_ptr())
+    expected = (q.float() @ x) * scale
+    torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-6 * expected.abs().max().item())
 
 
 def test_greedy_output_is_unchanged_and_a_quantization_switch_builds_anew(tiny_llama_sharded: Path) -> None:

@@ -171,9 +171,23 @@ static float dot_i8_blocks32(const float *restrict x, const int8_t *restrict q, 
 #endif
 
 /* y[out] = (x[in] @ q[out, in]^T) * scale[out]: each output is a dot product over one contiguous int8 row. */
+/* Every cache line of an int8 weight row I8_AHEAD bytes ahead of it is prefetched: the rows are one sequential stream,
+   but the hardware prefetcher alone left SmolLM2's int8 GEMVs at ~24 GB/s (cold, huge pages); 4-8 KB ahead took
+   them 4.35 -> 3.7-3.8 ms a step, 2 KB and 16 KB less. */
+#define I8_AHEAD 8192
+
+static inline void prefetch_row_ahead(const int8_t *row, int n, const int8_t *end) {
+    for (int b = 0; b < n; b += 64)
+        if (row + I8_AHEAD + b < end) __builtin_prefetch(row + I8_AHEAD + b);
+}
+
 void gemv_i8(const float *restrict x, const int8_t *restrict q, const float *restrict scale, int n_in, int n_out,
              float *restrict y) {
-    for (int o = 0; o < n_out; o++) y[o] = dot_i8(x, q + (size_t)o * n_in, n_in) * scale[o];
+    const int8_t *end = q + (size_t)n_out * n_in;
+    for (int o = 0; o < n_out; o++) {
+        prefetch_row_ahead(q + (size_t)o * n_in, n_in, end);
+        y[o] = dot_i8(x, q + (size_t)o * n_in, n_in) * scale[o];
+    }
 }
 
 /* y[rows, out] = x[rows, in] @ dequantized q[out, in]^T, q with one scale per `block` inputs (scale[out, in / block];
@@ -182,9 +196,11 @@ void gemv_i8(const float *restrict x, const int8_t *restrict q, const float *res
 void gemm_i8_blocks(const float *restrict x, const int8_t *restrict q, const float *restrict scale, int rows,
                     int n_in, int n_out, int block, float *restrict y) {
     int groups = n_in / block;
+    const int8_t *end = q + (size_t)n_out * n_in;
     for (int o = 0; o < n_out; o++) {
         const int8_t *qo = q + (size_t)o * n_in;
         const float *so = scale + (size_t)o * groups;
+        prefetch_row_ahead(qo, n_in, end);
         for (int t = 0; t < rows; t++) {
             const float *xt = x + (size_t)t * n_in;
             float acc = 0.0f;

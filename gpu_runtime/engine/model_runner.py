@@ -173,6 +173,10 @@ class ModelRunner:
         bias = torch.zeros(mask.shape, dtype=torch.float32, device=self.device).masked_fill_(~mask, float("-inf"))
         bias = bias[None]  # [1, B, 1, max_q, S]
         if all(n == max_q for n in lengths):
+            if max_q == 1 and self.device.type == "cpu":  # plain decode: the C path reads the tables in place
+                keys = [s.start + 1 for s in seqs]
+                return AttentionGroup(0, num_tokens, len(seqs), tables, None, 1, bias,
+                                      seq_keys=torch.tensor(keys, dtype=torch.long), most_keys=max(keys))
             return AttentionGroup(0, num_tokens, len(seqs), tables, None, max_q, bias)
         pad: list[int] = []
         valid: list[int] = []

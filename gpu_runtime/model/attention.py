@@ -6,7 +6,9 @@ slot is block_id * block_size + offset. Each step writes the new tokens' K/V int
   blocks are gathered into one padded [kv_heads, B, S, head_dim] tensor and attended with two bmm calls and a mask;
 - a "prefill" group: one sequence with a long chunk; without earlier context it attends to its own K/V with a causal
   SDPA (flash/efficient kernels on CUDA, the fused CPU kernel elsewhere), otherwise it gathers its blocks.
-Pure PyTorch, so it runs on CPU; torch's SDPA picks fused kernels on CUDA.
+Pure PyTorch, so it runs anywhere; torch's SDPA picks fused kernels on CUDA. On CPU in fp32, a batched group of plain
+decode (one query a sequence) attends through the C kernels over the block tables in place, no gather
+(gpu_runtime.model.cpu_attention), where they are built.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from gpu_runtime.config import ModelConfig, RopeScaling
+from gpu_runtime.model import cpu_attention
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Tensor:
@@ -91,7 +94,10 @@ class AttentionGroup:
       else -1;
     num_queries: queries per sequence when uniform, else 0;
     pad_index: [B * max_q] positions (relative to start) that fill the padded queries when not uniform;
-    valid_index: [end - start] rows of the padded [B * max_q] output that are real tokens.
+    valid_index: [end - start] rows of the padded [B * max_q] output that are real tokens;
+    seq_keys: for a batched group of one query a sequence (plain decode), [B] int64 keys each attends to (its
+      position + 1), on the CPU, with the largest in most_keys: the C path attends over the block tables with them
+      (gpu_runtime.model.cpu_attention); else None.
     """
 
     start: int
@@ -105,6 +111,8 @@ class AttentionGroup:
     pad_index: torch.Tensor | None = None
     valid_index: torch.Tensor | None = None
     key_slot: int = -1
+    seq_keys: torch.Tensor | None = None
+    most_keys: int = 0
 
 
 @dataclass(frozen=True)
@@ -212,6 +220,11 @@ def _attend_group(
     if g.block_tables is None:  # fresh prefill of one sequence: only its own tokens
         own_k, own_v = k[g.start : g.end].transpose(0, 1)[None], v[g.start : g.end].transpose(0, 1)[None]
         return _prefill_attention(qg, own_k, own_v, None)
+    if g.seq_keys is not None and not qg.is_cuda:
+        out = cpu_attention.decode_attention(qg, k_cache, v_cache, g.block_tables, g.seq_keys, g.most_keys,
+                                             block_size)
+        if out is not None:
+            return out
     keys = _gather(k_cache, g.block_tables, block_size)
     values = _gather(v_cache, g.block_tables, block_size)
     if g.mask is not None:  # one long prefill chunk continuing earlier context

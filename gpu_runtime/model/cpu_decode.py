@@ -103,7 +103,7 @@ class Batch1Decoder:
         if len(block_ids) < used:
             raise ValueError(f"{len(block_ids)} blocks hold fewer than the {num_keys} keys of position {position}")
         slot = block_ids[position // block_size] * block_size + position % block_size
-        table = (ctypes.c_int * used)(*block_ids[:used])
+        table = (ctypes.c_int64 * used)(*block_ids[:used])
         embedding = self._model.embed_tokens
         if isinstance(embedding, QuantizedEmbedding):  # the product QuantizedEmbedding.forward computes, in place
             scale = embedding.scale[token_id].view(-1, 1)  # [blocks, 1]; one block where the scale is per row

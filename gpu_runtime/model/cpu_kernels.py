@@ -98,7 +98,9 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.gemm_f32_rows_fast.restype = i32
     lib.rms_norm.argtypes = [ptr, ptr, f32, i32, ptr]
     lib.decode_layers.argtypes = [ptr, i32, ptr, ptr, ptr, ptr, i64, ptr, i32, i64, ptr]
-    for name in ("gemv_f32", "gemv_i8", "gemm_i8_blocks", "gemm_f32_rows", "rms_norm", "decode_layers"):
+    lib.attend_decode_batch.argtypes = [ptr, ptr, ptr, i64, ptr, i32, ptr, i32, i32, i32, i32, i32, ptr, ptr]
+    for name in ("gemv_f32", "gemv_i8", "gemm_i8_blocks", "gemm_f32_rows", "rms_norm", "decode_layers",
+                 "attend_decode_batch"):
         getattr(lib, name).restype = None
     return lib
 

@@ -28,7 +28,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     num_seqs, heads, d = q.shape
     kv_heads, num_slots = k_cache.shape[0], k_cache.shape[1]
     out = torch.empty_like(q)
-    scores = torch.empty(most_keys)
+    scores = torch.empty(heads // kv_heads * most_keys)
     lib.attend_decode_batch(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), num_slots, tables.data_ptr(),
                             tables.shape[1], keys.data_ptr(), num_seqs, block_size, heads, kv_heads, d,
                             scores.data_ptr(), out.data_ptr())

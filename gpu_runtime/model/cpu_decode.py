@@ -76,7 +76,7 @@ class Batch1Decoder:
                             model.norm.eps, kv_caches[0][0].shape[1])
         qkv = (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim
         scratch = cfg.hidden_size + qkv + cfg.num_heads * cfg.head_dim + 2 * cfg.intermediate_size
-        self._scratch = torch.empty(scratch + rope.cos.shape[0])
+        self._scratch = torch.empty(scratch + cfg.num_heads // cfg.num_kv_heads * rope.cos.shape[0])  # + scores
         self._x = torch.empty(cfg.hidden_size)
         self._out = torch.empty(1, cfg.hidden_size)
 

@@ -358,14 +358,117 @@ static void rope(float *restrict x, const float *restrict cos, const float *rest
     }
 }
 
+#ifdef __AVX512F__
+/* e^x for x <= 0 (a softmax's shifted scores), 16 at a time: Cephes' expf (x = n ln2 + r, a degree-5 polynomial in
+   r, 2^n applied by scalef), within ~2 ulp of expf; below -87.3 the result is 0 or subnormal, as expf's. The
+   scalar expf was a quarter of the batched decode attention's time. */
+static inline __m512 exp16(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(y, n);
+}
+
+#define ATTEND_VECTORS 8 /* head_dim / 16 up to 128 */
+#define ATTEND_ACCUMULATORS 16 /* query heads x vectors held in registers at once */
+
+/* The query heads [h0, h0 + g) of one KV head against its keys (see attend): each key and value row is loaded once
+   for all of them, the scores' exponentials are taken 16 at a time, and each head's output stays in registers over
+   the keys (normalized once at the end). head_dim a multiple of 16, at most 128. */
+static void attend_heads(const float *q, const float *keys_head, const float *values_head, const int64_t *blocks,
+                         int block_size, long num_keys, int h0, int g, int d, float *scores, float *out) {
+    int nv = d / 16;
+    float scale = 1.0f / sqrtf((float)d);
+    __m512 qv[ATTEND_ACCUMULATORS], acc[ATTEND_ACCUMULATORS];
+    float top[ATTEND_ACCUMULATORS], total[ATTEND_ACCUMULATORS];
+    for (int hh = 0; hh < g; hh++) {
+        for (int c = 0; c < nv; c++) qv[hh * nv + c] = _mm512_loadu_ps(q + (size_t)(h0 + hh) * d + 16 * c);
+        top[hh] = -INFINITY;
+    }
+    for (long t0 = 0; t0 < num_keys; t0 += block_size) {
+        const float *keys = keys_head + (size_t)blocks[t0 / block_size] * block_size * d;
+        long n = num_keys - t0 < block_size ? num_keys - t0 : block_size;
+        for (long t = 0; t < n; t++) {
+            __m512 kv[ATTEND_VECTORS];
+            for (int c = 0; c < nv; c++) kv[c] = _mm512_loadu_ps(keys + t * d + 16 * c);
+            for (int hh = 0; hh < g; hh++) {
+                __m512 dot = _mm512_mul_ps(qv[hh * nv], kv[0]);
+                for (int c = 1; c < nv; c++) dot = _mm512_fmadd_ps(qv[hh * nv + c], kv[c], dot);
+                float sc = _mm512_reduce_add_ps(dot) * scale;
+                scores[(size_t)hh * num_keys + t0 + t] = sc;
+                top[hh] = sc > top[hh] ? sc : top[hh];
+            }
+        }
+    }
+    for (int hh = 0; hh < g; hh++) {
+        float *sh = scores + (size_t)hh * num_keys;
+        __m512 shift = _mm512_set1_ps(top[hh]), sum = _mm512_setzero_ps();
+        long t = 0;
+        for (; t + 16 <= num_keys; t += 16) {
+            __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(sh + t), shift));
+            _mm512_storeu_ps(sh + t, e);
+            sum = _mm512_add_ps(sum, e);
+        }
+        if (t < num_keys) {
+            __mmask16 tail = (__mmask16)((1u << (num_keys - t)) - 1);
+            __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, sh + t), shift));
+            _mm512_mask_storeu_ps(sh + t, tail, e);
+            sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(tail, e));
+        }
+        total[hh] = _mm512_reduce_add_ps(sum);
+        for (int c = 0; c < nv; c++) acc[hh * nv + c] = _mm512_setzero_ps();
+    }
+    for (long t0 = 0; t0 < num_keys; t0 += block_size) {
+        const float *values = values_head + (size_t)blocks[t0 / block_size] * block_size * d;
+        long n = num_keys - t0 < block_size ? num_keys - t0 : block_size;
+        for (long t = 0; t < n; t++) {
+            __m512 vv[ATTEND_VECTORS];
+            for (int c = 0; c < nv; c++) vv[c] = _mm512_loadu_ps(values + t * d + 16 * c);
+            for (int hh = 0; hh < g; hh++) {
+                __m512 p = _mm512_set1_ps(scores[(size_t)hh * num_keys + t0 + t]);
+                for (int c = 0; c < nv; c++) acc[hh * nv + c] = _mm512_fmadd_ps(p, vv[c], acc[hh * nv + c]);
+            }
+        }
+    }
+    for (int hh = 0; hh < g; hh++) {
+        __m512 inv = _mm512_set1_ps(1.0f / total[hh]);
+        for (int c = 0; c < nv; c++)
+            _mm512_storeu_ps(out + (size_t)(h0 + hh) * d + 16 * c, _mm512_mul_ps(acc[hh * nv + c], inv));
+    }
+}
+#endif
+
 /* One query token against its num_keys keys: the first num_keys slots of the sequence's blocks (`blocks`, block_size
-   slots each, anywhere in the pool) of head-major [kvh, num_slots, d] caches; scores is scratch of num_keys floats.
-   A block's keys are side by side, so the walk is one contiguous run per block. */
+   slots each, anywhere in the pool) of head-major [kvh, num_slots, d] caches; scores is scratch of
+   heads / kv_heads * num_keys floats. A block's keys are side by side, so the walk is one contiguous run per block. */
 static void attend(const float *q, const float *k_cache, const float *v_cache, long num_slots, const int64_t *blocks,
                    int block_size, long num_keys, int heads, int kv_heads, int d, float *scores, float *out) {
+    int group = heads / kv_heads;
+#ifdef __AVX512F__
+    if (d % 16 == 0 && d / 16 <= ATTEND_VECTORS) {
+        int most = ATTEND_ACCUMULATORS / (d / 16); /* query heads at once: their outputs fill the registers */
+        for (int h0 = 0; h0 < heads;) {
+            int kh = h0 / group, g = group - h0 % group; /* never past the KV head's own query heads */
+            g = g < most ? g : most;
+            attend_heads(q, k_cache + (size_t)kh * num_slots * d, v_cache + (size_t)kh * num_slots * d, blocks,
+                         block_size, num_keys, h0, g, d, scores, out);
+            h0 += g;
+        }
+        return;
+    }
+#endif
     float scale = 1.0f / sqrtf((float)d);
     for (int h = 0; h < heads; h++) {
-        size_t head = (size_t)(h / (heads / kv_heads)) * num_slots;
+        size_t head = (size_t)(h / group) * num_slots;
         const float *qh = q + (size_t)h * d;
         float top = -INFINITY, total = 0.0f;
         for (long t0 = 0; t0 < num_keys; t0 += block_size) {
@@ -407,7 +510,7 @@ typedef struct {
 } Shape;
 
 /* x[hidden] += attention and MLP of one layer for one token at `slot`, attending to its num_keys keys in `blocks`;
-   scratch holds hidden + (heads + 2 kv_heads) d + heads d + 2 intermediate + num_keys floats. */
+   scratch holds hidden + (heads + 2 kv_heads) d + heads d + 2 intermediate + heads / kv_heads * num_keys floats. */
 void decode_layer(const Layer *l, const Shape *s, float *x, const float *cos, const float *sin, long slot,
                   const int64_t *blocks, int block_size, long num_keys, float *scratch) {
     int d = s->head_dim, q_dim = s->heads * d, kv_dim = s->kv_heads * d;
@@ -445,7 +548,7 @@ void decode_layers(const Layer *layers, int num_layers, const Shape *s, float *x
 /* Decode attention of a batched step, one query token a sequence: sequence b's query q[b] ([heads, d]) attends to its
    num_keys[b] keys through its row of `tables` (max_blocks int64 block ids, padded past its own), into out[b]. The
    PyTorch path gathers every sequence's blocks into a padded copy and masks the padding (~12 ms of a ~97 ms step at
-   32 sequences on SmolLM2; this loop ~9 ms). scores: scratch of the largest num_keys floats. */
+   32 sequences on SmolLM2; this loop ~9 ms). scores: scratch of heads / kv_heads times the largest num_keys floats. */
 void attend_decode_batch(const float *q, const float *k_cache, const float *v_cache, long num_slots,
                          const int64_t *tables, int max_blocks, const int64_t *num_keys, int num_seqs, int block_size,
                          int heads, int kv_heads, int d, float *scores, float *out) {

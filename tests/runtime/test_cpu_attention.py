@@ -65,3 +65,27 @@ def test_the_engine_s_batched_greedy_output_is_that_of_the_pytorch_path(tiny_qwe
     ours = engine.generate(prompts, params)
     monkeypatch.setattr(cpu_attention, "decode_attention", lambda *args: None)
     assert engine.generate(prompts, params) == ours
+
+
+# head_dim 16 / 64 / 128 (one, four and eight vectors: 16, 4 and 2 query heads at once, so a KV group of 3 at
+# head_dim 128 runs in two passes) and 40 (the scalar loop); key counts off a multiple of 16 (the masked tail).
+@pytest.mark.parametrize(("heads", "kv_heads", "head_dim"), [(9, 3, 64), (8, 1, 16), (6, 2, 128), (4, 4, 40)])
+def test_the_kernel_equals_softmax_attention_over_each_table(heads: int, kv_heads: int, head_dim: int) -> None:
+    lib = cpu_kernels.kernels()
+    gen = torch.Generator().manual_seed(heads * head_dim)
+    block_size, num_blocks = 8, 24
+    k_cache, v_cache = (torch.randn(kv_heads, num_blocks * block_size, head_dim, generator=gen) for _ in range(2))
+    seq_keys = torch.tensor([1, 17, 45], dtype=torch.long)
+    tables = torch.randperm(num_blocks, generator=gen)[:18].view(3, 6).contiguous()
+    q = torch.randn(3, heads, head_dim, generator=gen) * 3  # peaked softmaxes as well as flat ones
+    out = torch.empty_like(q)
+    scores = torch.empty(heads // kv_heads * int(seq_keys.max()))
+    lib.attend_decode_batch(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), k_cache.shape[1],
+                            tables.data_ptr(), 6, seq_keys.data_ptr(), 3, block_size, heads, kv_heads, head_dim,
+                            scores.data_ptr(), out.data_ptr())
+    for b in range(3):
+        slots = (tables[b][:, None] * block_size + torch.arange(block_size)).flatten()[: int(seq_keys[b])]
+        keys = k_cache[:, slots].repeat_interleave(heads // kv_heads, dim=0)  # [heads, n, d]
+        values = v_cache[:, slots].repeat_interleave(heads // kv_heads, dim=0)
+        probs = (torch.einsum("hd,hnd->hn", q[b], keys) / head_dim**0.5).softmax(-1)
+        torch.testing.assert_close(out[b], torch.einsum("hn,hnd->hd", probs, values), rtol=1e-5, atol=1e-5)

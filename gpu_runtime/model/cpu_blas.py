@@ -12,8 +12,7 @@ load average ~6): 1 row 23.8 vs 30.2 ms, 8 rows 60 vs 78, 64 rows 204 vs 268, 25
 The product reads the weight's [in, out] storage (gpu_runtime.model.cpu_layout) as a numpy view, no copy: x @ W^T
 with W^T row-major is `sgemv` (one row) or `sgemm` over the same bytes. Where cpu_kernels.c is built, one row goes
 through its GEMV and two rows or more through its GEMM (where it runs AVX-512), each faster than OpenBLAS's here
-(`_rows`). Results differ from
-MKL's only in summation order (fp32 rounding).
+(`_rows`); OpenBLAS is then the fallback. Results differ from MKL's only in summation order (fp32 rounding).
 
 Used only where it is safe and measured: a CPU fp32 input, a column-major weight, no autograd, and one torch thread
 (the runtime's default, one per process; with more, torch's threaded kernel runs). OpenBLAS is pinned to one thread

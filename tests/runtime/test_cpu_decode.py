@@ -167,16 +167,21 @@ def test_greedy_output_is_unchanged_and_a_quantization_switch_builds_anew(tiny_l
     assert engine.runner._decoder is not None and engine.runner._decoder is not fp32_decoder
 
 
+def _decoded_in_c(path: Path, seed: int) -> tuple[ModelRunner, list[int], Batch1Decoder]:
+    """A runner that decoded a 21-token prompt's last token in C, the prompt, and the decoder it built."""
+    runner = _runner(path)
+    prompt = torch.randint(0, runner.config.vocab_size, (21,), generator=torch.Generator().manual_seed(seed)).tolist()
+    _decode_logits(runner, prompt, True)
+    assert runner._decoder is not None
+    return runner, prompt, runner._decoder
+
+
 def test_a_weight_moved_in_any_layer_builds_anew_even_across_scattered_blocks(tiny_llama_sharded: Path) -> None:
     # The real-model benchmark stored the weights row-major and back between rounds: the first layer's weight came
     # back at its old address, the others elsewhere, and a decoder keyed on the first alone read freed memory
     # (greedy output changed). Here the last layer's MLP weight moves to new storage with other values, and the
     # step before runs on scattered blocks (once the PyTorch path, where the decoder was not checked at all).
-    runner = _runner(tiny_llama_sharded)
-    prompt = torch.randint(0, runner.config.vocab_size, (21,), generator=torch.Generator().manual_seed(5)).tolist()
-    _decode_logits(runner, prompt, True)
-    built = runner._decoder
-    assert built is not None
+    runner, prompt, built = _decoded_in_c(tiny_llama_sharded, seed=5)
     down = runner.model.layers[-1].mlp.down_proj
     with torch.no_grad():
         moved = (down.weight.detach() * 1.5).t().contiguous().t()  # the [in, out] layout, new storage and values
@@ -194,11 +199,7 @@ def test_a_parameter_replaced_builds_anew_and_steady_steps_keep_the_decoder(tiny
     # Steps only read the kept tensors' addresses (the walk through the modules cost ~0.4 ms a step): a Parameter
     # replaced by another object is seen through the registration hooks, not through its address, which the old
     # Parameter object still holds.
-    runner = _runner(tiny_llama_sharded)
-    prompt = torch.randint(0, runner.config.vocab_size, (21,), generator=torch.Generator().manual_seed(9)).tolist()
-    _decode_logits(runner, prompt, True)
-    built = runner._decoder
-    assert built is not None
+    runner, prompt, built = _decoded_in_c(tiny_llama_sharded, seed=9)
     runner.execute([SequenceInput(prompt[-1:], len(prompt), list(range(6)), 1)])  # another step, nothing changed
     assert runner._decoder is built, "a step with nothing changed keeps the decoder"
     gate_up = runner.model.layers[0].mlp.gate_up_proj

@@ -8,7 +8,7 @@ arrival rate (what a user deploying for today's load would start with); the stat
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from slotune.knobs import RuntimeConfig
@@ -23,6 +23,8 @@ from slotune.tracebench.baselines import (
 )
 from slotune.tracebench.case import TraceCase
 from slotune.tracebench.engine import oracle_config, vllm_defaults
+from slotune.tracebench.goal import required_attainment
+from slotune.tracebench.hindsight import HindsightPool, hindsight_pool
 from slotune.tracebench.metrics import PassFigures, pass_figures
 from slotune.tracebench.profile import NUM_REQUESTS, profile_capacity
 from slotune.tracebench.replay import Decide, Replayed, replay, two_days
@@ -66,6 +68,7 @@ class CaseResult:
     configs: dict[str, str]  # engine config label -> describe()
     capacity_per_replica: dict[str, float]
     static_replicas: dict[str, int]
+    hindsight: dict[str, HindsightPool] = field(default_factory=dict)  # engine config label -> the yardstick
 
 
 @dataclass(frozen=True)
@@ -93,8 +96,13 @@ def run_case(case: TraceCase, with_slotune: bool = True) -> CaseResult:
     figures = tuple(StrategyFigures(r.strategy, r.engine_config, r.variant, r.final_config,
                                     pass_figures(r, case.load.slo, 1, case.window_s),
                                     pass_figures(r, case.load.slo, 0, case.window_s)) for r in runs)
+    bar = required_attainment(figures)
+    hindsight = {label: hindsight_pool(setup.deployment, engine, label, case.load.slo, setup.planned.requests,
+                                       setup.planned.duration_s, case.window_s, case.max_replicas, bar,
+                                       setup.peak_rate_per_s / static[label])
+                 for label, engine in setup.engines.items()}
     return CaseResult(case, setup.planned, figures, tuple(runs),
-                      {k: v.describe() for k, v in setup.engines.items()}, setup.capacity, static)
+                      {k: v.describe() for k, v in setup.engines.items()}, setup.capacity, static, hindsight)
 
 
 def _prepare(case: TraceCase) -> _Setup:

@@ -41,7 +41,7 @@ def test_bench_traces_writes_the_schema_and_a_baseline_meets_its_slo(tmp_path: P
     assert code == 0
     body = json.loads((out / "traces.json").read_text())
     (entry,) = body["traces"]
-    assert set(entry) == {"trace", "model", "accelerator", "scaling", "strategies"}
+    assert set(entry) == {"trace", "model", "accelerator", "scaling", "strategies", "hindsight"}
     assert (entry["trace"], entry["model"], entry["accelerator"]) == (trace.name, "llama-3.1-8b", "nvidia-h100-80gb")
     assert entry["scaling"]["rate_per_s"] == pytest.approx(1.0, rel=0.02)
     assert {s["strategy"] for s in entry["strategies"]} == STRATEGIES
@@ -52,4 +52,8 @@ def test_bench_traces_writes_the_schema_and_a_baseline_meets_its_slo(tmp_path: P
     static = next(s for s in entry["strategies"] if s["strategy"] == "static-peak" and s["engine_config"] == "default")
     assert static["attainment"] >= 0.99 and static["first_pass"]["attainment"] >= 0.99  # 1 req/s on an H100
     assert (out / "traces.md").read_text().count("| static-peak |") == 2
+    for label in ("default", "oracle"):  # the foresight yardstick: 1 req/s needs one H100, known ahead or not
+        yardstick = entry["hindsight"][label]
+        assert yardstick["reached"] and yardstick["attainment"] >= 0.99 and yardstick["gpu_hours"] > 0
+    assert "Hindsight pool" in (out / "traces.md").read_text()
     assert (out / f"traces-{trace.stem}.png").stat().st_size > 10_000

@@ -1,0 +1,104 @@
+"""What a replica pool costs with perfect foresight: the yardstick for the cost goals, not a strategy.
+
+Every strategy in the benchmark runs blind and pays its replicas' start-up. The hindsight pool does neither: before
+each window it knows the arrivals the window will carry and runs ceil(arrivals / C) replicas, serving at once (no
+start-up, nothing ordered ahead). C, the requests/s one replica is trusted with, is searched for the largest value at
+which the pass still reaches the attainment the goal asks of slotune (`goal.required_attainment`: every baseline's),
+so the pool is the cheapest of its kind that is as good. It is no lower bound on every strategy (a per-window ceil
+overshoots on a noisy rate, where the static pool can be cheaper), so the goal check compares with the cheaper of the
+two (`goal`). A cost goal below what foresight pays is beyond any controller that sizes replicas from the load on
+that engine config; the gap between slotune and foresight is the price of not knowing the next start-up's arrivals
+(and of any engine config slotune did not find).
+
+It replays one pass (the second day equals the first, and the pool learns nothing), from the first window's count.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from slotune.knobs import RuntimeConfig
+from slotune.perfmodel.deployment import Deployment
+from slotune.simulator.continuous import TraceSimulation
+from slotune.slo import SLOSpec
+from slotune.tracebench.baselines import FleetView
+from slotune.tracebench.metrics import PassFigures, pass_figures
+from slotune.tracebench.replay import replay
+from slotune.workload import PlannedRequest
+
+GROW = 1.25  # C is raised by this factor until the bar fails (or lowered until it holds)...
+MAX_PROBES = 12  # ...then bisected: at most this many replays in all
+SETTLE = 1.03  # the bisection stops once the bounds are this close
+
+
+@dataclass(frozen=True)
+class HindsightPool:
+    """The cheapest hindsight pool found for one engine config (`figures` of its one pass)."""
+
+    engine_config: str
+    per_replica_per_s: float  # C: the requests/s each replica carried at most
+    figures: PassFigures
+    probes: int  # replays the search took
+    reached: bool  # the pool reaches the bar (else: the most replicas tried, short of it)
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    deployment: Deployment
+    config: RuntimeConfig
+    slo: SLOSpec
+    requests: tuple[PlannedRequest, ...]  # one pass
+    pass_s: float
+    window_s: float
+    max_replicas: int
+
+
+def schedule(requests: Sequence[PlannedRequest], pass_s: float, window_s: float, per_replica_per_s: float,
+             max_replicas: int) -> tuple[int, ...]:
+    """Replicas per window: ceil(the window's arrival rate / C), at least one, at most `max_replicas`."""
+    arrived = Counter(int(r.arrival_s // window_s) for r in requests)
+    windows = max(math.ceil(pass_s / window_s), max(arrived, default=0) + 1)
+    return tuple(max(1, min(max_replicas, math.ceil(arrived[k] / window_s / per_replica_per_s - 1e-9)))
+                 for k in range(windows))
+
+
+def hindsight_pool(deployment: Deployment, config: RuntimeConfig, label: str, slo: SLOSpec,
+                   requests: tuple[PlannedRequest, ...], pass_s: float, window_s: float, max_replicas: int,
+                   bar: float, guess_per_s: float) -> HindsightPool:
+    """The largest C (from `guess_per_s`, e.g. the static pool's per-replica share of the peak) whose hindsight
+    pool reaches `bar`; where none does, the smallest C tried (the most replicas)."""
+    inputs = _Inputs(deployment, config, slo, requests, pass_s, window_s, max_replicas)
+    tried: dict[float, PassFigures] = {}
+
+    def holds(per_s: float) -> bool:
+        tried[per_s] = _replay(inputs, per_s)
+        return tried[per_s].attainment >= bar
+
+    low: float | None = None  # the largest C known to hold
+    high: float | None = None  # the smallest C known to fail
+    per_s = max(guess_per_s, 1e-6)
+    while len(tried) < MAX_PROBES and (low is None or high is None):
+        if holds(per_s):
+            low, per_s = per_s, per_s * GROW
+        else:
+            high, per_s = per_s, per_s / GROW
+    while low is not None and high is not None and high / low > SETTLE and len(tried) < MAX_PROBES:
+        middle = math.sqrt(low * high)
+        low, high = (middle, high) if holds(middle) else (low, middle)
+    best = low if low is not None else min(tried)
+    return HindsightPool(label, best, tried[best], len(tried), low is not None)
+
+
+def _replay(inputs: _Inputs, per_replica_per_s: float) -> PassFigures:
+    counts = schedule(inputs.requests, inputs.pass_s, inputs.window_s, per_replica_per_s, inputs.max_replicas)
+    windows = iter(counts[1:])
+
+    def decide(simulation: TraceSimulation, view: FleetView) -> RuntimeConfig:
+        return simulation.config.with_changes(replicas=next(windows, counts[-1]))
+
+    run = replay("hindsight", "", "", inputs.deployment, inputs.config.with_changes(replicas=counts[0]),
+                 inputs.requests, inputs.pass_s, 0.0, inputs.window_s, inputs.max_replicas, decide)
+    return pass_figures(run, inputs.slo, 0, inputs.window_s)

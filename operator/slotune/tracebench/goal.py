@@ -12,11 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # run.py imports required_attainment from here
-    from slotune.tracebench.hindsight import HindsightPool
-    from slotune.tracebench.run import StrategyFigures
+from slotune.tracebench.hindsight import HindsightPool
+from slotune.tracebench.metrics import StrategyFigures
 
 ATTAINMENT_GOAL = 0.99
 DEFAULT_COST_GOAL = 0.7

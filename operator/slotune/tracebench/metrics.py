@@ -24,6 +24,18 @@ class PassFigures:
         return {k: round(v, 5) for k, v in asdict(self).items()}
 
 
+@dataclass(frozen=True)
+class StrategyFigures:
+    """One strategy's replay, scored: both passes' figures and what it ran at the end."""
+
+    strategy: str
+    engine_config: str
+    variant: str
+    config: str
+    second: PassFigures
+    first: PassFigures
+
+
 def pass_figures(run: Replayed, slo: SLOSpec, index: int, window_s: float) -> PassFigures:
     begin_s, end_s = index * run.pass_s, (index + 1) * run.pass_s
     arrived = Counter(int(r.arrival_s // window_s) for r in run.requests if begin_s <= r.arrival_s < end_s)

@@ -14,8 +14,9 @@ import json
 from pathlib import Path
 
 from slotune.tracebench import goal, why
+from slotune.tracebench.metrics import StrategyFigures
 from slotune.tracebench.plot import plot_trace
-from slotune.tracebench.run import CaseResult, StrategyFigures, best_variants
+from slotune.tracebench.run import CaseResult, best_variants
 
 STRATEGY_ORDER = ("slotune", "static-peak", "queue-autoscaler", "saturation-autoscaler", "predictive-planner")
 

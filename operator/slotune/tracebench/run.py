@@ -25,7 +25,7 @@ from slotune.tracebench.case import TraceCase
 from slotune.tracebench.engine import oracle_config, vllm_defaults
 from slotune.tracebench.goal import required_attainment
 from slotune.tracebench.hindsight import HindsightPool, hindsight_pool
-from slotune.tracebench.metrics import PassFigures, pass_figures
+from slotune.tracebench.metrics import StrategyFigures, pass_figures
 from slotune.tracebench.profile import NUM_REQUESTS, profile_capacity
 from slotune.tracebench.replay import Decide, Replayed, replay, two_days
 from slotune.tracebench.sizing import PEAK_S, busiest_start_s, peak_pool
@@ -35,16 +35,6 @@ from slotune.traces.replay import PlannedTrace
 from slotune.workload import PlannedRequest
 
 QUEUE_THRESHOLDS = (0.5, 2.0, 8.0)  # num_requests_waiting per replica
-
-
-@dataclass(frozen=True)
-class StrategyFigures:
-    strategy: str
-    engine_config: str
-    variant: str
-    config: str
-    second: PassFigures
-    first: PassFigures
 
 
 def best_variants(figures: tuple[StrategyFigures, ...]) -> set[tuple[str, str, str]]:

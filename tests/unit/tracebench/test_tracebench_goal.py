@@ -7,8 +7,7 @@ import pytest
 
 from slotune.tracebench.goal import check, required_attainment
 from slotune.tracebench.hindsight import HindsightPool
-from slotune.tracebench.metrics import PassFigures
-from slotune.tracebench.run import StrategyFigures
+from slotune.tracebench.metrics import PassFigures, StrategyFigures
 
 
 def figures(strategy: str, engine: str, attainment: float, gpu_hours: float, variant: str = "") -> StrategyFigures:

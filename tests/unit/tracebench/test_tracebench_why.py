@@ -8,9 +8,9 @@ from typing import Any
 
 from slotune.snapshot import MetricsSnapshot, Source
 from slotune.tracebench.goal import check
-from slotune.tracebench.metrics import PassFigures
+from slotune.tracebench.metrics import PassFigures, StrategyFigures
 from slotune.tracebench.replay import Replayed, WindowPoint
-from slotune.tracebench.run import CaseResult, StrategyFigures
+from slotune.tracebench.run import CaseResult
 from slotune.tracebench.why import mean_replicas, shortfall
 
 PASS_S = 600.0

@@ -5,8 +5,8 @@ slotune's attainment (or the goal's, if lower). The report prints where it falls
 
 Beside each cost goal stands what foresight pays (`hindsight`): the cheapest pool sized with the arrivals known ahead,
 either the static pool (sized for the known peak) or the hindsight pool (each window's arrivals known, replicas
-serving at once), among those reaching the attainment the goal asks of slotune. A goal below that ratio is beyond
-any controller that sizes replicas from the load on that engine config; the report says so."""
+serving at once), among those reaching the attainment the goal asks of slotune. It is no bound (`hindsight`), but a
+goal below that ratio asks slotune to beat foresight on that engine config; the report says so."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ class GoalCheck:
             ref = cost.reference
             name = f"{ref.strategy}{' ' + ref.variant if ref.variant else ''}"
             seen = "" if cost.foresight is None else f"; foresight pays {cost.foresight:.2f}x" + (
-                ", beyond the goal" if cost.beyond_foresight else "")
+                ", above the goal" if cost.beyond_foresight else "")
             parts.append(f"GPU-h {cost.ratio:.2f}x the cheapest {cost.engine_config}-settings baseline as good "
                          f"({name}, {ref.second.gpu_hours:.2f}; goal <= {cost.goal}x: "
                          f"{'met' if cost.met else 'short'}{seen})")

@@ -65,7 +65,7 @@ def test_each_cost_goal_stands_beside_what_foresight_pays_and_says_when_it_is_be
     assert default.foresight == pytest.approx(0.80 / 0.85) and default.beyond_foresight
     assert oracle.foresight == pytest.approx(0.60 / 0.85) and not oracle.beyond_foresight
     text = checked.describe()
-    assert "goal <= 0.7x: short; foresight pays 0.94x, beyond the goal" in text
+    assert "goal <= 0.7x: short; foresight pays 0.94x, above the goal" in text
     assert "goal <= 1.05x: short; foresight pays 0.71x)" in text
 
 

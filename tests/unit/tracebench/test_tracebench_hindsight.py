@@ -29,10 +29,11 @@ def arrivals(rates: list[float]) -> tuple[PlannedRequest, ...]:
 
 
 def test_the_schedule_is_each_windows_arrivals_over_the_trusted_rate_within_the_bounds() -> None:
-    requests = arrivals([2.0, 8.0, 0.5])
-    assert schedule(requests, 180.0, WINDOW_S, 3.0, 12) == (1, 3, 1)
-    assert schedule(requests, 180.0, WINDOW_S, 3.0, 2) == (1, 2, 1)
-    assert schedule(requests, 240.0, WINDOW_S, 3.0, 12) == (1, 3, 1, 1)  # a window with nothing still runs one
+    requests = arrivals([2.0, 8.0, 0.5, 0.5])
+    # A window after a busy one keeps its replicas: the busy window's requests are still in service.
+    assert schedule(requests, 240.0, WINDOW_S, 3.0, 12) == (1, 3, 3, 1)
+    assert schedule(requests, 240.0, WINDOW_S, 3.0, 2) == (1, 2, 2, 1)
+    assert schedule(requests, 300.0, WINDOW_S, 3.0, 12) == (1, 3, 3, 1, 1)  # a window with nothing still runs one
 
 
 def test_the_pool_found_reaches_the_bar_follows_the_load_and_costs_less_than_sizing_for_the_peak() -> None:
@@ -44,7 +45,7 @@ def test_the_pool_found_reaches_the_bar_follows_the_load_and_costs_less_than_siz
     assert pool.reached and pool.figures.attainment >= 0.99
     assert pool.per_replica_per_s > GROW * 1.0  # it searched upward from a guess that was too cautious
     counts = schedule(requests, 360.0, WINDOW_S, pool.per_replica_per_s, 12)
-    assert counts[2] > counts[0] and counts[3] > counts[5]
+    assert counts[2] > counts[0] and counts[3] > counts[5] and counts[4] == counts[3]
     peak = StaticPool(max(counts))
     sized = replay("static-peak", "default", "", deployment, config.with_changes(replicas=peak.size), requests,
                    360.0, 0.0, WINDOW_S, 12, _baseline(peak))

@@ -64,7 +64,7 @@ def _traces_hindsight(body: dict[str, Any]) -> None:
     ("demo", _demo_elapsed, "The whole run took 4321 s"),
     ("real_model", _real_model_fraction, "tokens/s = 7%** of the bound"),
     ("traces", _traces_hindsight, "*hindsight pool (default): a yardstick, arrivals known ahead, no start-up* | "
-                                  "99.99% | 0.78 |"),
+                                  "99.99% (one pass) | 0.78 (one pass) |"),
 ])
 def test_a_changed_result_changes_the_readme(tmp_path: Path, name: str, change: Callable[[dict[str, Any]], None],
                                              expected: str) -> None:

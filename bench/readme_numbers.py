@@ -358,7 +358,8 @@ def traces_block(traces: Result) -> str:
         if pools:
             label, pool = min(pools, key=lambda item: item[1]["gpu_hours"])
             lines.append(f"| {entry['trace']} | {where} | *hindsight pool ({label}): a yardstick, arrivals known "
-                         f"ahead, no start-up* | {pool['attainment']:.2%} (one pass) | {pool['gpu_hours']:.2f} (one pass) |")
+                         f"ahead, no start-up* | {pool['attainment']:.2%} (one pass) | "
+                         f"{pool['gpu_hours']:.2f} (one pass) |")
     return _block(lines)
 
 

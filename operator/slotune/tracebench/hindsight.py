@@ -44,6 +44,7 @@ class HindsightPool:
     figures: PassFigures
     probes: int  # replays the search took
     reached: bool  # the pool reaches the bar (else: the most replicas tried, short of it)
+    replicas: tuple[int, ...] = ()  # per window of the pass, at C
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,8 @@ def hindsight_pool(deployment: Deployment, config: RuntimeConfig, label: str, sl
         middle = math.sqrt(low * high)
         low, high = (middle, high) if holds(middle) else (low, middle)
     best = low if low is not None else min(tried)
-    return HindsightPool(label, best, tried[best], len(tried), low is not None)
+    return HindsightPool(label, best, tried[best], len(tried), low is not None,
+                         schedule(requests, pass_s, window_s, best, max_replicas))
 
 
 def _replay(inputs: _Inputs, per_replica_per_s: float) -> PassFigures:

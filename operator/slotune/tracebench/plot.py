@@ -1,6 +1,7 @@
 """A plot per trace: for each model/accelerator pair, the arrival rate with every strategy's serving replicas, and
 every strategy's per-window attainment, over both passes. Each strategy is drawn at its best variant, with the
-oracle's engine config (slotune with its own)."""
+oracle's engine config (slotune with its own); the hindsight pool's replicas (a yardstick, `hindsight`) dashed, the
+same both days."""
 
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ def _plot_case(result: CaseResult, replicas_axis: plt.Axes, attainment_axis: plt
         keys = sorted(met)
         attainment_axis.plot([(k + 1) * window_s / 60 for k in keys], [sum(met[k]) / len(met[k]) for k in keys],
                              color=COLORS[run.strategy], lw=1)
+    _plot_hindsight(result, replicas_axis)
     for axis in (replicas_axis, attainment_axis):
         axis.axvline(result.planned.duration_s / 60, color="k", ls=":", lw=0.8)
     title = f"{result.case.trace.name}: {result.case.model} on {result.case.accelerator}"
@@ -59,3 +61,14 @@ def _plot_case(result: CaseResult, replicas_axis: plt.Axes, attainment_axis: plt
     attainment_axis.set_ylabel("requests meeting SLO")
     attainment_axis.set_xlabel("minutes (dotted: second pass begins)")
     attainment_axis.set_ylim(0, 1.02)
+
+
+def _plot_hindsight(result: CaseResult, axis: plt.Axes) -> None:
+    """The oracle config's hindsight pool, where it reached its bar, over both passes."""
+    pool = result.hindsight.get("oracle")
+    if pool is None or not pool.reached or not pool.replicas:
+        return
+    window_min, pass_min = result.case.window_s / 60, result.planned.duration_s / 60
+    minutes = [day * pass_min + (k + 1) * window_min for day in (0, 1) for k in range(len(pool.replicas))]
+    axis.step(minutes, [*pool.replicas, *pool.replicas], color="k", ls="--", lw=0.8, where="pre",
+              label=f"hindsight pool (oracle; a yardstick, {pool.per_replica_per_s:.2f} req/s a replica)")

@@ -44,7 +44,8 @@ def test_the_pool_found_reaches_the_bar_follows_the_load_and_costs_less_than_siz
     pool = hindsight_pool(deployment, config, "default", SLO, requests, 360.0, WINDOW_S, 12, 0.99, guess_per_s=1.0)
     assert pool.reached and pool.figures.attainment >= 0.99
     assert pool.per_replica_per_s > GROW * 1.0  # it searched upward from a guess that was too cautious
-    counts = schedule(requests, 360.0, WINDOW_S, pool.per_replica_per_s, 12)
+    counts = pool.replicas
+    assert counts == schedule(requests, 360.0, WINDOW_S, pool.per_replica_per_s, 12)
     assert counts[2] > counts[0] and counts[3] > counts[5] and counts[4] == counts[3]
     peak = StaticPool(max(counts))
     sized = replay("static-peak", "default", "", deployment, config.with_changes(replicas=peak.size), requests,

@@ -47,17 +47,6 @@ class HindsightPool:
     replicas: tuple[int, ...] = ()  # per window of the pass, at C
 
 
-@dataclass(frozen=True)
-class _Inputs:
-    deployment: Deployment
-    config: RuntimeConfig
-    slo: SLOSpec
-    requests: tuple[PlannedRequest, ...]  # one pass
-    pass_s: float
-    window_s: float
-    max_replicas: int
-
-
 def schedule(requests: Sequence[PlannedRequest], pass_s: float, window_s: float, per_replica_per_s: float,
              max_replicas: int) -> tuple[int, ...]:
     """Replicas per window: ceil(its arrival rate / C), or the window before's where that was higher (its requests
@@ -74,11 +63,11 @@ def hindsight_pool(deployment: Deployment, config: RuntimeConfig, label: str, sl
                    bar: float, guess_per_s: float) -> HindsightPool:
     """The largest C (from `guess_per_s`, e.g. the static pool's per-replica share of the peak) whose hindsight
     pool reaches `bar`; where none does, the smallest C tried (the most replicas)."""
-    inputs = _Inputs(deployment, config, slo, requests, pass_s, window_s, max_replicas)
     tried: dict[float, PassFigures] = {}
 
     def holds(per_s: float) -> bool:
-        tried[per_s] = _replay(inputs, per_s)
+        counts = schedule(requests, pass_s, window_s, per_s, max_replicas)
+        tried[per_s] = _replay(deployment, config, slo, requests, pass_s, window_s, max_replicas, counts)
         return tried[per_s].attainment >= bar
 
     low: float | None = None  # the largest C known to hold
@@ -97,13 +86,14 @@ def hindsight_pool(deployment: Deployment, config: RuntimeConfig, label: str, sl
                          schedule(requests, pass_s, window_s, best, max_replicas))
 
 
-def _replay(inputs: _Inputs, per_replica_per_s: float) -> PassFigures:
-    counts = schedule(inputs.requests, inputs.pass_s, inputs.window_s, per_replica_per_s, inputs.max_replicas)
+def _replay(deployment: Deployment, config: RuntimeConfig, slo: SLOSpec, requests: tuple[PlannedRequest, ...],
+            pass_s: float, window_s: float, max_replicas: int, counts: tuple[int, ...]) -> PassFigures:
+    """One pass at `counts` replicas per window, each window's count serving from its start."""
     windows = iter(counts[1:])
 
     def decide(simulation: TraceSimulation, view: FleetView) -> RuntimeConfig:
         return simulation.config.with_changes(replicas=next(windows, counts[-1]))
 
-    run = replay("hindsight", "", "", inputs.deployment, inputs.config.with_changes(replicas=counts[0]),
-                 inputs.requests, inputs.pass_s, 0.0, inputs.window_s, inputs.max_replicas, decide)
-    return pass_figures(run, inputs.slo, 0, inputs.window_s)
+    run = replay("hindsight", "", "", deployment, config.with_changes(replicas=counts[0]), requests, pass_s, 0.0,
+                 window_s, max_replicas, decide)
+    return pass_figures(run, slo, 0, window_s)

@@ -166,6 +166,20 @@ def test_a_load_that_falls_then_rises_gets_its_replicas_back_before_missing_more
     assert result.met[rise:].count(False) <= 1, list(zip(rates, result.replicas, result.met, strict=True))
 
 
+def test_a_replica_ordered_for_a_burst_that_passed_is_cancelled_before_it_serves() -> None:
+    # One busy minute orders a replica a 4-window start-up away; the rate is back the next minute. Once the replicas
+    # serving carry the forecast again, the one still starting is let go before it serves (it used to hold its GPUs
+    # through the whole start-up and three calm windows more), and every window meets the SLO.
+    world = FluidWorld(ready=3, startup_windows=4)
+    rates = [2.0] * 8 + [2.6] + [2.0] * 10
+    result = run(world, rates, settings(startup_s=240.0))
+    burst = 8
+    assert result.replicas[burst] == 4, result.replicas  # the burst is planned for
+    assert result.replicas[burst + 3] == 3, result.replicas  # cancelled before its start-up ended
+    assert world.ready == 3 and not world.starting
+    assert all(result.met), result.met
+
+
 def test_a_rising_trend_orders_replicas_a_startup_ahead() -> None:
     world = FluidWorld(ready=2, startup_windows=3)
     rates = [1.5 + 0.25 * i for i in range(16)]  # +0.25 requests/s a window

@@ -63,7 +63,7 @@ bench: $(BENCH_STAMP)
 
 # The README's benchmark numbers, rendered from bench/results/*.json (pure file reading, seconds).
 readme-numbers: $(STAMP)
-	$(PY) bench/readme_numbers.py
+	$(PY) -m bench.readme_numbers
 
 bench-tuner: $(STAMP)
 	$(VENV)/bin/slotune bench-tuner --scenarios bench/scenarios

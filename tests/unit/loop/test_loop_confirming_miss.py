@@ -45,3 +45,25 @@ def test_a_second_miss_of_the_same_config_is_judged() -> None:
     states = [tuner.step() for _ in range(3)]
     assert [s.phase for s in states[:2]] == [Phase.MEASURING, Phase.MEASURING]
     assert states[2].phase is Phase.INFEASIBLE, states[2].message
+
+
+def test_infeasible_called_on_a_busy_moment_ends_once_the_config_meets_the_slo_again() -> None:
+    # The workload-shift e2e again, a busier moment: the second miss at 2 replicas was judged (Infeasible, 3 had not
+    # helped), then the other work ended and every window met the SLO at the same load, while the status kept
+    # saying Infeasible. One met window is not evidence; two in a row (convergenceWindows) re-open the loop.
+    tuner = _confirming([MISSED, MET, MISSED, MET, MET, *([MET] * 8)])
+    assert [tuner.step().phase for _ in range(3)][-1] is Phase.INFEASIBLE
+    assert tuner.step().phase is Phase.INFEASIBLE
+    state = tuner.step()
+    assert state.phase is Phase.MEASURING and state.infeasible is None, state.message
+    assert "every SLO target holds again in 2 windows in a row" in state.message
+    while state.phase is Phase.MEASURING:
+        state = tuner.step()
+    converged = state.phase is Phase.CONVERGED or (state.pending is not None and state.pending.proposal.trim)
+    assert converged, state.message
+
+
+def test_a_met_window_between_misses_keeps_infeasible() -> None:
+    tuner = _confirming([MISSED, MET, MISSED, MET, MISSED, MET, MISSED])
+    phases = [tuner.step().phase for _ in range(7)]
+    assert phases[2:] == [Phase.INFEASIBLE] * 5, phases

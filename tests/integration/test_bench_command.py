@@ -115,9 +115,12 @@ def test_custom_lengths_hold_without_warm_up(runtime: str, tmp_path: Path) -> No
 def test_rejected_requests_are_failures_and_slo_violations(runtime_factory, tmp_path: Path) -> None:
     # One running and one waiting: a third request in flight is refused. Without the one-sequence limit the engine
     # admits a whole burst at its next step, and a loaded client that sends slower than that drew no 429 at all.
+    # Each request decodes 64 tokens: with 6-12, the engine thread finished each before the server's starved event
+    # loop read the next from its socket (24 completed in 0.22 s, none refused, on a box slowed by other work).
     url = runtime_factory("--max-num-seqs", "1", "--max-waiting-requests", "1")
+    long_outputs = [*SMALL_REQUESTS[:-3], "--output-tokens", "64", "64"]
     code, result = _bench(url, tmp_path, "--num-requests", "24", "--rate", "10000", "--arrival", "constant",
-                          *SMALL_REQUESTS, "--warmup-requests", "0", "--slo-ttft-p99-ms", "60000")
+                          *long_outputs, "--warmup-requests", "0", "--slo-ttft-p99-ms", "60000")
     assert result["rejected"] > 0, result
     assert result["failed"] >= result["rejected"] and result["completed"] + result["failed"] == 24
     assert result["slo_attainment"] <= result["completed"] / 24

@@ -1,4 +1,6 @@
-"""Against a real runtime process: the client's percentiles land in the server histogram bucket of the server's.
+"""Against a real runtime process: the client's percentiles land in the server histogram bucket of the server's, or
+as far from it as the waits measured in the same window explain (TPOT: the delivery of a request's first and last
+chunks; E2E and TTFT: the waits before submit and after the token, which only ever add).
 
 TTFT: the server's clock runs from the handler's submit (after HTTP parsing and tokenization) to the sampled first
 token, the client's from its send to the first SSE chunk with text, so every request's client TTFT contains its
@@ -105,12 +107,6 @@ def _measure_window(url: str) -> tuple[MetricsSnapshot, MetricsSnapshot, list, f
     return server, client, list(result.records), result.duration_s, lag_s
 
 
-def _bucket_index(snapshot: MetricsSnapshot, metric: LatencyMetric, value_ms: float) -> int:
-    histogram = snapshot.latency(metric).histogram
-    assert histogram is not None
-    return histogram.upper_s.index(histogram.bucket_of(value_ms / 1000)[1])
-
-
 @pytest.fixture(scope="module")
 def window(runtime: str) -> tuple[MetricsSnapshot, MetricsSnapshot, list, float, float]:
     return _measure_window(runtime)
@@ -124,21 +120,53 @@ def test_both_sides_count_the_same_requests_and_tokens(window: tuple) -> None:
     assert summary["completed"] == 80 and summary["slo_attainment"] == 1.0
 
 
-@pytest.mark.parametrize("metric", [LatencyMetric.TPOT, LatencyMetric.E2E])
-@pytest.mark.parametrize("percentile", [50, 99])
-def test_client_percentiles_fall_in_the_server_bucket(window: tuple, metric: LatencyMetric, percentile: int) -> None:
-    server, client, _, _, _ = window
-    server_bucket = _bucket_index(server, metric, server.latency(metric).at(percentile))
-    client_bucket = _bucket_index(server, metric, client.latency(metric).at(percentile))
-    # The same bucket, or its neighbour when a value sits within clock jitter of a shared edge (seen: client TPOT
-    # p50 10.008 ms against the 10 ms edge).
-    assert abs(client_bucket - server_bucket) <= 1, (metric, percentile, server_bucket, client_bucket)
-
-
-def _client_ttft_ms(records: list, percentile: int) -> float:
-    # The order statistic histogram_quantile's bucket holds (rank ceil(q*n)), so "client >= server per request"
+def _client_ms(records: list, metric: LatencyMetric, percentile: int) -> float:
+    # The order statistic histogram_quantile's bucket holds (rank ceil(q*n)), so a bound that holds per request
     # carries over to the percentiles exactly; numpy's default interpolation could sit one order statistic lower.
-    return float(np.percentile(request_latencies_ms(records, LatencyMetric.TTFT), percentile, method="inverted_cdf"))
+    return float(np.percentile(request_latencies_ms(records, metric), percentile, method="inverted_cdf"))
+
+
+def _stall_s(records: list, lag_s: float) -> float:
+    """The longest wait for a core measured in the window: a gap between two chunks the client saw, or its event
+    loop's lag."""
+    return max(lag_s, *(gap for record in records for gap in record.itl_s))
+
+
+def _tpot_allowance_ms(records: list, lag_s: float) -> float:
+    """How far a client TPOT may sit from the server's: the client's first and last chunks each arrive a delivery
+    (a write and its read, two waits) after the server's tokens, so their difference is at most two stalls, shared
+    by the request's token gaps. A stall after the first chunk and none after the last put the client's TPOT P99 in
+    the server histogram's bucket 0 against the server's bucket 2, on a run slowed by other work."""
+    return max(2000 * _stall_s(records, lag_s) / (r.output_tokens - 1) for r in records if r.ok and r.output_tokens > 1)
+
+
+@pytest.mark.parametrize("percentile", [50, 99])
+def test_client_tpot_is_in_the_server_bucket_within_the_measured_delivery_stalls(window: tuple,
+                                                                                 percentile: int) -> None:
+    server, _, records, _, lag_s = window
+    histogram = server.tpot.histogram
+    assert histogram is not None
+    lower_s, upper_s = histogram.bucket_of(server.tpot.at(percentile) / 1000)
+    client_ms = _client_ms(records, LatencyMetric.TPOT, percentile)
+    allowance_ms = _tpot_allowance_ms(records, lag_s)
+    seen = (f"server bucket ({lower_s * 1000:g}, {upper_s * 1000:g}] ms, client {client_ms:.2f} ms, allowance "
+            f"{allowance_ms:.2f} ms (client loop lag {lag_s * 1000:.1f} ms)")
+    assert lower_s * 1000 - allowance_ms <= client_ms <= upper_s * 1000 + allowance_ms, seen
+
+
+@pytest.mark.parametrize("percentile", [50, 99])
+def test_client_e2e_is_in_the_server_bucket_or_above_it_by_the_measured_overhead(window: tuple,
+                                                                                 percentile: int) -> None:
+    # Every request's client E2E holds its server E2E (sent before submit, read after the last token), and the same
+    # three waits as TTFT's at most.
+    server, _, records, _, lag_s = window
+    histogram = server.e2e.histogram
+    assert histogram is not None
+    lower_s, upper_s = histogram.bucket_of(server.e2e.at(percentile) / 1000)
+    client_ms, allowance_ms = _client_ms(records, LatencyMetric.E2E, percentile), _ttft_allowance_ms(records, lag_s)
+    seen = (f"server bucket ({lower_s * 1000:g}, {upper_s * 1000:g}] ms, client {client_ms:.1f} ms, allowance "
+            f"{allowance_ms:.1f} ms (client loop lag {lag_s * 1000:.1f} ms)")
+    assert lower_s * 1000 <= client_ms <= upper_s * 1000 + allowance_ms, seen
 
 
 def _ttft_allowance_ms(records: list, lag_s: float) -> float:
@@ -148,7 +176,7 @@ def _ttft_allowance_ms(records: list, lag_s: float) -> float:
     between chunks the client sees the same kind of wait (engine step, both loops' stalls). Two gaps, leaving out
     the send, failed once under two CPU hogs: a client P99 of 59.4 ms against a (10, 20] ms server bucket and
     2 x 17.6 ms."""
-    return 3000 * max(lag_s, *(gap for record in records for gap in record.itl_s))
+    return 3000 * _stall_s(records, lag_s)
 
 
 @pytest.mark.parametrize("percentile", [50, 99])
@@ -158,7 +186,8 @@ def test_client_ttft_is_in_the_server_bucket_or_above_it_by_the_measured_overhea
     histogram = server.ttft.histogram
     assert histogram is not None
     lower_s, upper_s = histogram.bucket_of(server.ttft.at(percentile) / 1000)
-    client_ms, allowance_ms = _client_ttft_ms(records, percentile), _ttft_allowance_ms(records, lag_s)
+    client_ms = _client_ms(records, LatencyMetric.TTFT, percentile)
+    allowance_ms = _ttft_allowance_ms(records, lag_s)
     seen = (f"server bucket ({lower_s * 1000:g}, {upper_s * 1000:g}] ms, client {client_ms:.1f} ms, allowance "
             f"{allowance_ms:.1f} ms (client loop lag {lag_s * 1000:.1f} ms), mean offset "
             f"{client.ttft.mean_ms - server.ttft.mean_ms:.1f} ms")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from slotune.tracebench.goal import ATTAINMENT_GOAL, GoalCheck
+from slotune.tracebench.goal import GoalCheck, required_attainment
 from slotune.tracebench.replay import Replayed
 from slotune.tracebench.run import CaseResult
 
@@ -54,7 +54,7 @@ def shortfall(result: CaseResult, checked: GoalCheck) -> str:
     ours = next((r for r in result.runs if r.strategy == "slotune"), None)
     if not short or ours is None:
         return ""
-    asked = max(ATTAINMENT_GOAL, checked.best_baseline_attainment)
+    asked = required_attainment(result.figures)
     parts = [f"slotune ran {mean_replicas(ours, 1):.1f} replicas on average in pass 2 for {checked.attainment:.2%} "
              f"of requests (the goal asks {asked:.2%}, at least every baseline's)"]
     for cost in short:

@@ -28,16 +28,23 @@ def _confirming(windows: list) -> Tuner:
     return Tuner(problem, backend, backend, store)
 
 
+def _measured_to_rest(tuner: Tuner, state: TuningState) -> TuningState:
+    """Steps while the loop measures; it must end converged at 3 replicas, the loop trying a cheaper config (a
+    trim) as it does on rest."""
+    while state.phase is Phase.MEASURING:
+        state = tuner.step()
+    converged = state.phase is Phase.CONVERGED or (state.pending is not None and state.pending.proposal.trim)
+    assert converged, state.message
+    return state
+
+
 def test_one_missed_window_after_met_ones_is_measured_again_not_infeasible() -> None:
     tuner = _confirming([MISSED, MET, MET, MET, MET, MET])
     state = tuner.step()
     assert state.phase is Phase.MEASURING and state.infeasible is None, state.message
     assert "measuring it again" in state.message
-    while state.phase is Phase.MEASURING:
-        state = tuner.step()
-    # It holds with confidence at 3: converged, and the loop tries a cheaper config (a trim), as it does on rest.
-    converged = state.phase is Phase.CONVERGED or (state.pending is not None and state.pending.proposal.trim)
-    assert converged and state.infeasible is None, state.message
+    state = _measured_to_rest(tuner, state)
+    assert state.infeasible is None, state.message
 
 
 def test_a_second_miss_of_the_same_config_is_judged() -> None:
@@ -57,10 +64,7 @@ def test_infeasible_called_on_a_busy_moment_ends_once_the_config_meets_the_slo_a
     state = tuner.step()
     assert state.phase is Phase.MEASURING and state.infeasible is None, state.message
     assert "every SLO target holds again in 2 windows in a row" in state.message
-    while state.phase is Phase.MEASURING:
-        state = tuner.step()
-    converged = state.phase is Phase.CONVERGED or (state.pending is not None and state.pending.proposal.trim)
-    assert converged, state.message
+    _measured_to_rest(tuner, state)
 
 
 def test_a_met_window_between_misses_keeps_infeasible() -> None:

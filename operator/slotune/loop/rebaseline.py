@@ -8,6 +8,11 @@ config, batch and context) tells the two apart: it prices the config, so it shou
 it moved by more than SPEED_DRIFT, and in the direction the verdict went (a rollback with the candidate's steps
 slower, a keep with them faster), the kept config is measured again and the candidate re-applied and judged
 against that fresh baseline; once per change, so a machine that keeps drifting cannot stall the loop.
+
+A trim is judged by whether the SLO still holds, and a machine that slowed down in its window breaks the SLO for
+the trim: the same re-measure applies (a 2-core CI box running other work rolled back a trim 2 -> 1 replicas on a
+window whose TTFT P95 read 199 ms against 36 ms before, and never tried it again at that load). Its cost is one
+more window on the fewer replicas, once per trim, which is what a slow window is not evidence enough to save.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ def speed_drift(deployment: Deployment, pending: PendingChange, baseline: Metric
                 snapshot: MetricsSnapshot, verdict: Judgement) -> float | None:
     """The candidate window's step speed over the baseline's (2.0: its steps took twice the profile's time that the
     baseline's did) when the verdict rests on it and the baseline was not measured afresh yet; None otherwise."""
-    if pending.rebaselined or pending.proposal.trim or pending.canary_pod is not None or verdict.inconclusive:
+    if pending.rebaselined or pending.canary_pod is not None or verdict.inconclusive:
         return None
     before = speed_ratio(deployment, pending.previous, baseline)
     after = speed_ratio(deployment, pending.config, snapshot)

@@ -26,6 +26,8 @@ CHAT = WorkloadSpec(profile=Profile.CHAT, request_rate_per_s=4)
 SLO = SLOSpec.model_validate({"tpot": {"p99": 9}})
 WIDE = RuntimeConfig(max_num_seqs=32, max_num_batched_tokens=2048, replicas=1)
 NARROW = WIDE.with_changes(max_num_batched_tokens=512)
+TWO = WIDE.with_changes(replicas=2)
+ROOMY = SLOSpec.model_validate({"tpot": {"p99": 15}})  # one replica meets it at full speed (~10 ms), not at half
 
 
 def _window(deployment: Deployment, config: RuntimeConfig, seed: int) -> MetricsSnapshot:
@@ -33,15 +35,17 @@ def _window(deployment: Deployment, config: RuntimeConfig, seed: int) -> Metrics
 
 
 def _tuner(baseline: MetricsSnapshot, after: list[MetricsSnapshot], previous: RuntimeConfig,
-           candidate: RuntimeConfig) -> tuple[Tuner, Replicas]:
+           candidate: RuntimeConfig, trim: bool = False) -> tuple[Tuner, Replicas]:
     backend = Replicas(after)
-    problem = TuningProblem(SLO, TuningSpec(cooldown_s=0, min_samples=10, bounds=KnobBounds(max_replicas=1)),
-                            H100, previous)
+    problem = TuningProblem(ROOMY if trim else SLO, TuningSpec(cooldown_s=0, min_samples=10, bounds=KnobBounds(
+        max_replicas=previous.replicas)), H100, previous)
     store = MemoryStateStore()
-    pending = PendingChange(config=candidate, previous=previous, knob=Knob.MAX_NUM_BATCHED_TOKENS,
-                            change="token budget", reason="prefill steps stall decodes",
-                            target_metric=LatencyMetric.TPOT, target_percentile=99)
-    store.save(TuningState(phase=Phase.TUNING, current=previous, pending=pending, baseline=baseline,
+    knob, change = (Knob.REPLICAS, "replicas 2 -> 1") if trim else (Knob.MAX_NUM_BATCHED_TOKENS, "token budget")
+    pending = PendingChange(config=candidate, previous=previous, knob=knob, change=change,
+                            reason="prefill steps stall decodes", target_metric=LatencyMetric.TPOT,
+                            target_percentile=99, trim=trim)
+    phase = Phase.CONVERGED if trim else Phase.TUNING
+    store.save(TuningState(phase=phase, current=previous, pending=pending, baseline=baseline,
                            tried_keys=frozenset({previous.key()})))
     backend.apply(previous)
     return Tuner(problem, backend, backend, store), backend
@@ -86,3 +90,23 @@ def test_a_regression_at_equal_speed_is_rolled_back_at_once():
     state = _until_judged(tuner)
     assert state.history[0].verdict is Verdict.ROLLED_BACK, state.history[0]
     assert _switches(backend) == [NARROW, WIDE, NARROW]  # no fresh baseline: the speed did not move
+
+
+def test_a_trim_that_missed_on_a_slower_machine_is_tried_again_after_a_fresh_baseline():
+    """A trim is kept only if the SLO holds on the fewer replicas, so a window on a machine twice as slow breaks it
+    for the trim: one replica misses TPOT P99 15 ms at half speed (~25-32 ms) and meets it at full (~10 ms)."""
+    baseline = _window(H100, TWO, 0)
+    after = [_window(SLOW, WIDE, 1), _window(H100, TWO, 2), *(_window(H100, WIDE, seed) for seed in (3, 4, 5))]
+    tuner, backend = _tuner(baseline, after, TWO, WIDE, trim=True)
+    state = _until_judged(tuner)
+    assert state.history[0].verdict is Verdict.KEPT and state.history[0].trim, state.history[0]
+    assert _switches(backend)[:4] == [TWO, WIDE, TWO, WIDE]  # the replicas back for a fresh baseline, then the trim
+    assert state.current == WIDE
+
+
+def test_a_trim_that_missed_at_equal_speed_is_rolled_back_at_once():
+    # Both windows on the slow machine: the miss is the trim's.
+    tuner, backend = _tuner(_window(SLOW, TWO, 0), [_window(SLOW, WIDE, 1)], TWO, WIDE, trim=True)
+    state = _until_judged(tuner)
+    assert state.history[0].verdict is Verdict.ROLLED_BACK and state.history[0].trim, state.history[0]
+    assert _switches(backend) == [TWO, WIDE, TWO]

@@ -127,10 +127,10 @@ class ConvergeStep(MeasureStep):
         claim = (f"with {CONFIDENCE:.0%} confidence" if not unbounded else
                  f"in {state.convergence.windows_met} windows, by point estimate for {', '.join(unbounded)} (too few "
                  f"requests to bound at {CONFIDENCE:.0%} confidence)")
+        if state.phase is not Phase.CONVERGED:  # the windows it comes to rest on are the load it watches against
+            state = state.evolve(load_reference=tuple(WindowLoad.of(w) for w in state.measured.streak), load_held=())
         state = state.evolve(phase=Phase.CONVERGED, diagnosis=diagnosis, lucky=None,  # proven beyond luck
-                             message=f"every SLO target holds {claim}: {margins}",
-                             load_reference=state.convergence.load_reference if state.phase is Phase.CONVERGED else
-                             tuple(WindowLoad.of(w) for w in state.measured.streak))  # the windows it came to rest on
+                             message=f"every SLO target holds {claim}: {margins}")
         return self._trim(state, snapshot)
 
     def _for_margin(self, state: TuningState, found: list[TargetBound], margins: str) -> TuningState:
@@ -239,7 +239,7 @@ class ConvergeStep(MeasureStep):
         loop rests until the spec or the measured workload changes (`_reopen_if_changed`)."""
         state = state.evolve(phase=Phase.INFEASIBLE, infeasible=report, diagnosis=diagnosis_report,
                              message=f"infeasible: {report.reason}; needs: {'; '.join(report.needs)}",
-                             load_reference=(WindowLoad.of(window),), spec_key=self.problem.key)
+                             load_reference=(WindowLoad.of(window),), load_held=(), spec_key=self.problem.key)
         if best_effort is not None and state.changes_applied < self.problem.tuning.max_iterations:
             intent = state.evolve(pending=pending_change(best_effort, state.current), baseline=window,
                                   message=f"{state.message}; meanwhile {best_effort.reason}: {best_effort.change}")

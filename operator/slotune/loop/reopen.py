@@ -12,7 +12,7 @@ from __future__ import annotations
 from slotune.api.status import Observed, Phase, Verdict
 from slotune.loop.capacity import CapacityControlStep
 from slotune.loop.protocols import retry_fit
-from slotune.loop.shift import MAX_REFERENCE, LoadShift, WindowLoad, detect_shift
+from slotune.loop.shift import LoadShift, WindowLoad, watch
 from slotune.loop.state import HistoryRecord, TuningState, now_utc
 from slotune.snapshot import MetricsSnapshot
 
@@ -54,15 +54,14 @@ class ReopenStep(CapacityControlStep):
 
     def _watch_load(self, state: TuningState, snapshot: MetricsSnapshot) -> TuningState:
         """At rest (Converged or Infeasible, nothing pending), the window's load joins the reference, or, when it
-        moved (loop.shift.detect_shift), the shift is recorded and tuning resumes from the current config. Any
+        moved (loop.shift.watch), the shift is recorded and tuning resumes from the current config. Any
         other window ends the rest: the reference is rebuilt when the loop next comes to rest."""
         if state.pending is not None or state.phase not in (Phase.CONVERGED, Phase.INFEASIBLE):
-            return state.evolve(load_reference=()) if state.convergence.load_reference else state
-        load = WindowLoad.of(snapshot)
-        shift = detect_shift(state.convergence.load_reference, load)
-        if shift is None:
-            return state.evolve(load_reference=(*state.convergence.load_reference, load)[-MAX_REFERENCE:])
-        return self._shifted(state, shift, snapshot)
+            return state.evolve(load_reference=(), load_held=()) if state.convergence.load_reference else state
+        watched = watch(state.convergence.load_reference, state.convergence.load_held, WindowLoad.of(snapshot))
+        if watched.shift is None:
+            return state.evolve(load_reference=watched.reference, load_held=watched.held)
+        return self._shifted(state, watched.shift, snapshot)
 
     def _shifted(self, state: TuningState, shift: LoadShift, snapshot: MetricsSnapshot) -> TuningState:
         """A workload shift: the history says what moved, by how much and what is done; the loop re-opens."""
@@ -78,8 +77,9 @@ class ReopenStep(CapacityControlStep):
     def _reopened(self, state: TuningState, why: str, same_workload: bool) -> TuningState:
         """Tuning again from the current config: what was tried under the old spec or load may work now."""
         return state.evolve(phase=Phase.MEASURING, infeasible=None, settled=False, windows_met=0, windows_missed=0,
-                            streak=(), load_reference=(), spec_key="", changes_applied=0, rolled_back_moves=(),
-                            tried_keys=frozenset({state.current.key()}), best=None, best_badness=None,
-                            prepared_replicas=None, baseline=None, first_after=None, lucky=None, futile_moves=(),
+                            streak=(), load_reference=(), load_held=(), spec_key="", changes_applied=0,
+                            rolled_back_moves=(), tried_keys=frozenset({state.current.key()}), best=None,
+                            best_badness=None, prepared_replicas=None, baseline=None, first_after=None, lucky=None,
+                            futile_moves=(),
                             spec_acceptance=state.learned.spec_acceptance if same_workload else None,
                             message=f"re-opened: {why}")

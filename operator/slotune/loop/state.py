@@ -144,6 +144,7 @@ class Convergence(_Frozen):
     forgiven_of: str = ""  # the config (described) whose one missed window while confirming was measured again
     settled: bool = False  # converged with no cost-saving change left to try
     load_reference: tuple[WindowLoad, ...] = ()  # the load of the windows since it came to rest (loop.shift)
+    load_held: tuple[WindowLoad, ...] = ()  # windows since, whose rate moved without a test to show it (loop.shift)
     spec_key: str = ""  # the SLO and tuning it came to rest under: a spec change re-opens Infeasible and Degraded
 
 

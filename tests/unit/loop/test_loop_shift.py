@@ -10,7 +10,7 @@ from slotune.api.status import Phase, Verdict
 from slotune.api.tuning import KnobBounds, TuningSpec
 from slotune.knobs import RuntimeConfig
 from slotune.loop import MemoryStateStore, Tuner, TuningProblem, TuningState
-from slotune.loop.shift import ALPHA, MAX_REFERENCE, WindowLoad, detect_shift, rate_ratio_p_value
+from slotune.loop.shift import ALPHA, MAX_REFERENCE, WindowLoad, detect_shift, rate_ratio_p_value, watch
 from slotune.perfmodel import Deployment
 from slotune.simulator.backend import SimulatedDeployment
 from slotune.slo import SLOSpec
@@ -68,6 +68,51 @@ def test_a_steady_load_of_poisson_windows_raises_no_alarm_and_a_tripled_one_does
     longer = window(4.0).model_copy(update={"mean_prompt_tokens": 2500.0})
     found = detect_shift(reference, longer)
     assert found is not None and found.statistic == "mean prompt length"
+
+
+def _six_seconds(requests: int) -> WindowLoad:
+    return WindowLoad(requests=requests, seconds=6.0, mean_prompt_tokens=18.0, mean_output_tokens=67.0, hit_rate=0.0)
+
+
+def test_a_drop_seen_in_small_windows_is_flagged_once_they_are_pooled() -> None:
+    """The windows a busy CI box measured in the workload-shift e2e: rest on 26 and 52 requests in 6 s windows, then
+    the load halved to ~22 a window. Each such window alone is x0.56 with p = 0.02, short of ALPHA / 4; added to the
+    reference one by one, they pulled it down until nothing moved. Held beside it and pooled, they are flagged."""
+    rest = (_six_seconds(26), _six_seconds(52))
+    after = [_six_seconds(22)] * 8
+    reference, old_alarm = list(rest), None
+    for window in after:
+        old_alarm = old_alarm or detect_shift(reference, window)
+        reference = [*reference, window][-MAX_REFERENCE:]
+    assert old_alarm is None  # the rule before: every window joined the reference
+
+    held: tuple[WindowLoad, ...] = ()
+    for window in after:
+        watched = watch(rest, held, window)
+        if watched.shift is not None:
+            break
+        assert watched.reference == rest  # nothing that moved joins the reference
+        held = watched.held
+    assert watched.shift is not None and len(held) + 1 <= 3, held
+    assert watched.shift.statistic == "request rate" and watched.shift.fell
+    assert f"over the last {len(held) + 1} windows" in watched.shift.describe()
+
+
+def test_held_windows_of_a_steady_load_rejoin_the_reference_and_raise_few_alarms() -> None:
+    """Small windows of a steady Poisson load (21 requests in 6 s) often read beyond the minimum effect alone; held
+    and pooled, they come back within it and join the reference, and alarms stay within ALPHA a window."""
+    rng = np.random.default_rng(3)
+    reference: tuple[WindowLoad, ...] = (_six_seconds(21),) * MAX_REFERENCE
+    held: tuple[WindowLoad, ...] = ()
+    alarms, windows, longest_hold = 0, 3000, 0
+    for _ in range(windows):
+        watched = watch(reference, held, _six_seconds(int(rng.poisson(21))))
+        alarms += watched.shift is not None
+        reference, held = watched.reference, watched.held
+        longest_hold = max(longest_hold, len(held))
+    assert alarms <= ALPHA * windows, alarms
+    assert longest_hold < MAX_REFERENCE
+    assert abs(sum(w.requests for w in reference) / sum(w.seconds for w in reference) - 3.5) < 1.0
 
 
 def test_no_shift_is_flagged_on_a_steady_simulated_workload_over_many_windows() -> None:

@@ -115,9 +115,10 @@ def watch(reference: Sequence[WindowLoad], held: Sequence[WindowLoad], now: Wind
         return Watched(shift, tuple(reference))
     if held and (shift := detect_shift(reference, pooled(candidate))) is not None:
         return Watched(replace(shift, windows=len(candidate)), tuple(reference))
-    for kept in (candidate, (now,)):  # the pooled windows still moved, or at least the latest one did
-        if len(kept) < MAX_REFERENCE and _rate_moved(reference, pooled(kept)):
-            return Watched(None, tuple(reference), kept)
+    if len(candidate) < MAX_REFERENCE and _rate_moved(reference, pooled(candidate)):  # still moved: hold on
+        return Watched(None, tuple(reference), candidate)
+    if _rate_moved(reference, now):  # the held ones rejoin (it moved the other way, or they are too many)
+        return Watched(None, (*reference, *held)[-MAX_REFERENCE:], (now,))
     return Watched(None, (*reference, *candidate)[-MAX_REFERENCE:])
 
 

@@ -98,6 +98,15 @@ def test_a_drop_seen_in_small_windows_is_flagged_once_they_are_pooled() -> None:
     assert f"over the last {len(held) + 1} windows" in watched.shift.describe()
 
 
+def test_a_held_window_rejoins_the_reference_when_the_next_moves_the_other_way() -> None:
+    rest = (_six_seconds(21),) * 4
+    low = watch(rest, (), _six_seconds(12))
+    assert low.shift is None and low.held == (_six_seconds(12),) and low.reference == rest
+    high = watch(rest, low.held, _six_seconds(34))
+    assert high.shift is None and high.held == (_six_seconds(34),)
+    assert high.reference == (*rest, _six_seconds(12))  # noise after all: tested against from now on
+
+
 def test_held_windows_of_a_steady_load_rejoin_the_reference_and_raise_few_alarms() -> None:
     """Small windows of a steady Poisson load (21 requests in 6 s) often read beyond the minimum effect alone; held
     and pooled, they come back within it and join the reference, and alarms stay within ALPHA a window."""

@@ -58,6 +58,7 @@ class PendingChange(_Frozen):
     drain_backlog: float | None = None  # the last such window's mean waiting requests, all replicas
     rebaseline: bool = False  # the machine's speed drifted: the previous config serves a fresh baseline window first
     rebaselined: bool = False  # measured against a fresh baseline once already (loop.rebaseline)
+    fixes_miss: bool = False  # made for a window that missed the SLO: not needed if the fresh baseline meets it
 
     @model_validator(mode="before")
     @classmethod

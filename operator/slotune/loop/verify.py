@@ -71,7 +71,10 @@ class VerifyStep(ConvergeStep):
 
     def _rebaseline(self, state: TuningState, pending: PendingChange, drift: float, verdict: Judgement) -> TuningState:
         """The machine's speed moved with the verdict: the previous config again for a fresh baseline window."""
-        again = pending.model_copy(update={"applied": False, "rebaseline": True, "rebaselined": True})
+        baseline = state.measured.baseline
+        missed = not pending.proposal.trim and baseline is not None and not self.problem.slo.is_met(baseline)
+        again = pending.model_copy(update={"applied": False, "rebaseline": True, "rebaselined": True,
+                                           "fixes_miss": missed})
         phase = Phase.INFEASIBLE if state.phase is Phase.INFEASIBLE else Phase.TUNING  # best effort stays so
         return self._restore(state.evolve(pending=again, baseline=None, first_after=None, phase=phase,
                                           message=rebaseline.describe(pending, drift, verdict.reason)),
@@ -141,12 +144,30 @@ class VerifyStep(ConvergeStep):
         return self._decide(state.evolve(baseline=None), baseline)
 
     def _rebaselined(self, state: TuningState, snapshot: MetricsSnapshot) -> TuningState:
-        """The fresh baseline measured: the candidate again, judged against it (not a new change)."""
+        """The fresh baseline measured: the candidate again, judged against it (not a new change). A change made for
+        a window that missed the SLO is not made at all when the fresh baseline meets every target: the miss was
+        the machine's moment, and the change would buy capacity for it (a CI box running other work added a replica
+        back after a kept trim that way, kept for a median 1.76x faster while the P95 target held on both sides)."""
         assert state.pending is not None
+        if state.pending.fixes_miss and self.problem.slo.is_met(snapshot):
+            return self._not_needed(state, snapshot)
         pending = state.pending.model_copy(update={"rebaseline": False})
         applied = self._apply_pending(state.evolve(pending=pending, baseline=snapshot))
         again = applied.pending is not None and applied.pending.applied
         return applied.evolve(changes_applied=state.changes_applied) if again else applied
+
+    def _not_needed(self, state: TuningState, snapshot: MetricsSnapshot) -> TuningState:
+        """The pending fix given up before it is applied again: the running config's fresh window meets the SLO. It
+        was never judged on its merits, so it stays open to a later miss (not among the configs tried)."""
+        pending = state.pending
+        assert pending is not None
+        why = "not needed: the kept config meets every target on a fresh baseline (the miss was the machine's)"
+        entry = self._entry(state.evolve(baseline=snapshot), pending, Verdict.ROLLED_BACK, why, snapshot)
+        state = state.record(entry).evolve(pending=None, baseline=None, phase=Phase.MEASURING,
+                                           tried_keys=state.learned.tried_keys - {pending.config.key()},
+                                           changes_applied=max(state.changes_applied - 1, 0),
+                                           message=f"{pending.change}: {why}")
+        return self._judge(state, snapshot)
 
     def _unjudged_canary(self, state: TuningState, pending: PendingChange,
                          unjudged: loop_canary.Unjudged) -> TuningState:

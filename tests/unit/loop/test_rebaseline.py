@@ -35,12 +35,14 @@ def _window(deployment: Deployment, config: RuntimeConfig, seed: int) -> Metrics
 
 
 def _tuner(baseline: MetricsSnapshot, after: list[MetricsSnapshot], previous: RuntimeConfig,
-           candidate: RuntimeConfig, trim: bool = False) -> tuple[Tuner, Replicas]:
+           candidate: RuntimeConfig, trim: bool = False, slo: SLOSpec | None = None) -> tuple[Tuner, Replicas]:
     backend = Replicas(after)
-    problem = TuningProblem(ROOMY if trim else SLO, TuningSpec(cooldown_s=0, min_samples=10, bounds=KnobBounds(
-        max_replicas=previous.replicas)), H100, previous)
+    most = max(previous.replicas, candidate.replicas)
+    problem = TuningProblem(slo or (ROOMY if trim else SLO), TuningSpec(cooldown_s=0, min_samples=10, bounds=KnobBounds(
+        max_replicas=most)), H100, previous)
     store = MemoryStateStore()
-    knob, change = (Knob.REPLICAS, "replicas 2 -> 1") if trim else (Knob.MAX_NUM_BATCHED_TOKENS, "token budget")
+    knob, change = ((Knob.REPLICAS, "replicas") if trim or candidate.replicas != previous.replicas
+                    else (Knob.MAX_NUM_BATCHED_TOKENS, "token budget"))
     pending = PendingChange(config=candidate, previous=previous, knob=knob, change=change,
                             reason="prefill steps stall decodes", target_metric=LatencyMetric.TPOT,
                             target_percentile=99, trim=trim)
@@ -110,3 +112,18 @@ def test_a_trim_that_missed_at_equal_speed_is_rolled_back_at_once():
     state = _until_judged(tuner)
     assert state.history[0].verdict is Verdict.ROLLED_BACK and state.history[0].trim, state.history[0]
     assert _switches(backend) == [TWO, WIDE, TWO]
+
+
+def test_a_fix_whose_fresh_baseline_meets_the_slo_is_not_made():
+    """A replica added for a window that missed (TPOT P99 10.7 ms against 10), judged on a window twice as slow: the
+    kept config is measured again, meets the SLO (9.7 ms), and the replica is not added after all. It was never
+    judged, so a later miss may ask for it again."""
+    slo = SLOSpec.model_validate({"tpot": {"p99": 10}})
+    missed, fresh = _window(H100, WIDE, 0), _window(H100, WIDE, 1)
+    assert not slo.is_met(missed) and slo.is_met(fresh)
+    after = [_window(SLOW, TWO, 1), fresh, *(_window(H100, WIDE, seed) for seed in (2, 3, 4))]
+    tuner, backend = _tuner(missed, after, WIDE, TWO, slo=slo)
+    state = _until_judged(tuner)
+    assert state.history[0].verdict is Verdict.ROLLED_BACK and "not needed" in state.history[0].detail
+    assert _switches(backend)[:3] == [WIDE, TWO, WIDE] and state.current == WIDE
+    assert TWO.key() not in state.learned.tried_keys and state.changes_applied == 0

@@ -41,7 +41,7 @@ def _tuner(baseline: MetricsSnapshot, after: list[MetricsSnapshot], previous: Ru
     problem = TuningProblem(slo or (ROOMY if trim else SLO), TuningSpec(cooldown_s=0, min_samples=10, bounds=KnobBounds(
         max_replicas=most)), H100, previous)
     store = MemoryStateStore()
-    knob, change = ((Knob.REPLICAS, "replicas") if trim or candidate.replicas != previous.replicas
+    knob, change = ((Knob.REPLICAS, "replicas") if candidate.replicas != previous.replicas
                     else (Knob.MAX_NUM_BATCHED_TOKENS, "token budget"))
     pending = PendingChange(config=candidate, previous=previous, knob=knob, change=change,
                             reason="prefill steps stall decodes", target_metric=LatencyMetric.TPOT,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.cores import holding
 from tests.harness.prometheus import Prometheus, Target
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +47,14 @@ def _one_control_plane(items: list[pytest.Item]) -> None:
     for item in items:
         if "kube" in getattr(item, "fixturenames", ()):
             item.add_marker(group)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: pytest-timeout's clock starts once the lock is held
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A `cores` test runs while no other test of this run does (tests/harness/cores.py); the lock lives in the
+    checkout's pytest cache, which every xdist worker of the run shares."""
+    with holding(item.config.cache.mkdir("cores"), exclusive=item.get_closest_marker("cores") is not None):
+        return (yield)
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -16,6 +16,8 @@ from slotune.loop.shift import LoadShift, WindowLoad, watch
 from slotune.loop.state import HistoryRecord, TuningState, now_utc
 from slotune.snapshot import MetricsSnapshot
 
+MAX_REOPEN_BACKOFF = 8  # the most times convergenceWindows a re-open at one load asks
+
 
 class ReopenStep(CapacityControlStep):
     def _reopen_if_changed(self, state: TuningState) -> TuningState:
@@ -25,7 +27,8 @@ class ReopenStep(CapacityControlStep):
         load: what missed was the moment's (a machine slowed by other work, in the workload-shift e2e, called
         2 replicas Infeasible and kept saying so once they met the SLO again). Where capacity control owns
         replicas it acts on every window here too, and one steady window that meets the SLO ends Infeasible: the
-        rate it was declared at has passed."""
+        rate it was declared at has passed. Each re-open at one load asks twice the windows of the last
+        (`_met_to_reopen`)."""
         if state.convergence.spec_key and state.convergence.spec_key != self.problem.key:
             return self._save(self._reopened(state, "the spec changed", same_workload=True))
         if state.phase is Phase.DEGRADED and (retried := retry_fit(self.backend, state.current)) is not None:
@@ -43,14 +46,26 @@ class ReopenStep(CapacityControlStep):
             return self._save(state)
         if state.phase is Phase.INFEASIBLE:
             met = state.convergence.windows_met + 1 if self.problem.slo.is_met(snapshot) else 0
-            if met and (capacity or met >= self.problem.tuning.convergence_windows):
-                again = "" if capacity else f" in {met} windows in a row"
-                return self._save(self._reopened(state, f"every SLO target holds again{again} at this load",
-                                                 same_workload=True))
+            reopens = state.convergence.reopens
+            if met and met >= self._met_to_reopen(reopens, capacity):
+                again = f" in {met} window{'s in a row' if met > 1 else ''}"
+                before = f" (re-opened {reopens} time(s) before at this load)" if reopens else ""
+                reopened = self._reopened(state, f"every SLO target holds again{again} at this load{before}",
+                                          same_workload=True)
+                return self._save(reopened.evolve(reopens=reopens + 1))
             state = state.evolve(windows_met=met)
         if not state.convergence.load_reference:
             return self._save(state)
         return self._save(self._watch_load(state, snapshot))
+
+    def _met_to_reopen(self, reopens: int, capacity: bool) -> int:
+        """Met windows in a row that end Infeasible at one load: `convergenceWindows` (one where capacity control
+        acts), twice as many for every time it re-opened at this load already, up to MAX_REOPEN_BACKOFF times. A
+        config at the SLO's edge re-opened every few windows: the workload-shift e2e on a box slower than at its
+        calibration went Infeasible -> re-opened -> Infeasible for 15 minutes, each re-open a fresh budget of
+        changes the windows before had already shown to be no use."""
+        first = 1 if capacity else self.problem.tuning.convergence_windows
+        return first * min(2**reopens, MAX_REOPEN_BACKOFF)
 
     def _watch_load(self, state: TuningState, snapshot: MetricsSnapshot) -> TuningState:
         """At rest (Converged or Infeasible, nothing pending), the window's load joins the reference, or, when it
@@ -80,6 +95,6 @@ class ReopenStep(CapacityControlStep):
                             streak=(), load_reference=(), load_held=(), spec_key="", changes_applied=0,
                             rolled_back_moves=(), tried_keys=frozenset({state.current.key()}), best=None,
                             best_badness=None, prepared_replicas=None, baseline=None, first_after=None, lucky=None,
-                            futile_moves=(),
+                            futile_moves=(), reopens=0,
                             spec_acceptance=state.learned.spec_acceptance if same_workload else None,
                             message=f"re-opened: {why}")

@@ -147,6 +147,7 @@ class Convergence(_Frozen):
     load_reference: tuple[WindowLoad, ...] = ()  # the load of the windows since it came to rest (loop.shift)
     load_held: tuple[WindowLoad, ...] = ()  # windows since, whose rate moved without a test to show it (loop.shift)
     spec_key: str = ""  # the SLO and tuning it came to rest under: a spec change re-opens Infeasible and Degraded
+    reopens: int = 0  # times Infeasible re-opened at this load because the SLO held again (loop.reopen: backoff)
 
 
 _RECORDS: dict[str, type[_Frozen]] = {"measured": Measured, "learned": Learned, "convergence": Convergence}

@@ -71,3 +71,21 @@ def test_a_met_window_between_misses_keeps_infeasible() -> None:
     tuner = _confirming([MISSED, MET, MISSED, MET, MISSED, MET, MISSED])
     phases = [tuner.step().phase for _ in range(7)]
     assert phases[2:] == [Phase.INFEASIBLE] * 5, phases
+
+
+def test_an_infeasible_that_keeps_reopening_at_one_load_asks_twice_the_met_windows_each_time() -> None:
+    # A config at the SLO's edge (the workload-shift e2e on a box slower than at its calibration): two misses, two
+    # met windows, again and again at one load. Re-opened after every two met windows it flapped Infeasible ->
+    # Measuring for 15 minutes; each re-open asks twice the met windows of the one before, so a run of met windows
+    # long enough still ends Infeasible, and the flapping does not.
+    edge = [MISSED, MISSED, MET, MET] * 10
+    tuner = _confirming([MISSED, MET, MISSED, *edge, *[MET] * 8])
+    states = [tuner.step() for _ in range(3 + len(edge))]
+    assert states[2].phase is Phase.INFEASIBLE, states[2].message
+    reopened = [s.message for s in states if s.message.startswith("re-opened")]
+    assert reopened[0].startswith("re-opened: every SLO target holds again in 2 windows in a row"), reopened
+    assert len(reopened) == 1, reopened  # the second asks 4 met windows in a row: the edge never has them
+    assert states[-1].phase is Phase.INFEASIBLE, states[-1].message
+    after = [tuner.step().message for _ in range(4)]
+    assert any(m.startswith("re-opened: every SLO target holds again in 4 windows in a row at this load (re-opened "
+                            "1 time(s) before") for m in after), after

@@ -42,7 +42,8 @@ def _one_control_plane(items: list[pytest.Item]) -> None:
     (11:24 against 20:26 of tests, 1,344 tests). Two such runs passed, one of them beside the trace benchmark's two
     simulation processes (14:22). A session before saw 2 timing-bound e2e tests fail in one of two such runs: a
     test that fails beside a busy neighbour is a bug in the test or the product, to fix, not a reason to run
-    serially."""
+    serially. A test marked `cores` runs alone (pytest_runtest_protocol below): its tolerance for the cores
+    slowing after it calibrated is stated and tested, and its own suite is the one neighbour it can remove."""
     group = pytest.mark.xdist_group("control-plane")
     for item in items:
         if "kube" in getattr(item, "fixturenames", ()):

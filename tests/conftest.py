@@ -54,7 +54,7 @@ def _one_control_plane(items: list[pytest.Item]) -> None:
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """A `cores` test runs while no other test of this run does (tests/harness/cores.py); the lock lives in the
     checkout's pytest cache, which every xdist worker of the run shares (`-p no:cacheprovider`: the checkout)."""
-    directory = item.config.cache.mkdir("cores") if item.config.cache else ROOT / ".pytest-cores"
+    directory = item.config.cache.mkdir("cores") if hasattr(item.config, "cache") else ROOT / ".pytest-cores"
     with holding(directory, exclusive=item.get_closest_marker("cores") is not None):
         return (yield)
 

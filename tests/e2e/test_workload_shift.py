@@ -4,7 +4,7 @@ The real control plane with kwok GPU nodes, the real operator process, real Prom
 processes (started per Ready pod by the kubelet stand-in), and load from tests/e2e/harness/load.py, which sends to
 whatever pods serve at that moment. At a base load the TunedModel converges on one replica; the load triples: the SLO
 misses, the history records a workload shift (the request rate), replicas are added and the SLO holds again; the load
-drops back: the shift is recorded and replicas are shed.
+drops back: replicas are shed (on the drop recorded as a shift, where the loop had settled on a failed trim).
 
 Why the verdicts do not depend on how fast (or how busy) the cores are. The load is bursts: BURST requests at once
 (3 x BURST when tripled) every so many seconds, open loop. A replica runs at most SLOTS sequences; a request beyond
@@ -265,8 +265,7 @@ def test_load_triples_capacity_follows_and_is_shed_when_it_drops(kube, operator_
         serving_scaled = len(kubelet.urls())
 
         load.shape = base
-        fell = watch.until(lambda s: len(shifts(s)) > len(shifts(scaled)), "a second workload shift recorded")
-        mark(f"shift: {shifts(fell)[-1]['change']}")
+        mark("load back to base")
         shed = watch.until(lambda s: at_rest(s) and replicas(s) < replicas(scaled), "replicas shed at rest")
         mark(f"converged at the base load again on {replicas(shed)} replica(s)")
         watch.until(lambda _: len(kubelet.urls()) == replicas(shed), "the shed pods gone")
@@ -291,12 +290,17 @@ def test_load_triples_capacity_follows_and_is_shed_when_it_drops(kube, operator_
     assert slo_condition is not None and slo_condition["status"] == "True"
     assert scaled["observed"]["ttft"]["p95"] <= plan.target_ms
     assert serving_scaled == replicas(scaled)  # the kubelet stand-in ran a runtime for every replica
-    # The load dropped: a second shift, the rate down, and replicas shed by a kept trim.
-    drop = shifts(fell)[-1]
-    assert drop["change"].startswith("workload shift: request rate x0."), drop
-    assert "fewer replicas are tried" in drop["reason"], drop
-    shed_by = [h for h in shed["history"][shed["history"].index(drop):]
-               if h["verdict"] == "Kept" and h["config"]["replicas"] < replicas(scaled)]
+    # The load dropped: replicas shed by kept trims. Where the loop had settled under the tripled load (a trim tried
+    # there and rolled back), only the drop, recorded as a shift, re-opens the trims; where it had not (it came to
+    # rest after an Infeasible re-opened, beside a busy neighbour), its own trims shed them with no shift recorded.
+    since = shed["history"][shed["history"].index(scaled["history"][-1]) + 1:]
+    drops = [h for h in since if h["verdict"] == "WorkloadShift"]
+    assert all(h["change"].startswith("workload shift: request rate x0.") for h in drops), drops
+    assert all("fewer replicas are tried" in h["reason"] for h in drops), drops
+    settled = any(h["verdict"] == "RolledBack" and h["config"]["replicas"] < replicas(scaled)
+                  for h in scaled["history"][scaled["history"].index(rise):])
+    assert drops or not settled, since  # a settled loop sheds only on a recorded drop
+    shed_by = [h for h in since if h["verdict"] == "Kept" and h["config"]["replicas"] < replicas(scaled)]
     assert shed_by and all(h["knob"] == "replicas" for h in shed_by), shed["history"]
     assert condition({"status": shed}, "SLOMet")["status"] == "True"
     assert load.tally.ok > 0

@@ -111,11 +111,12 @@ def watch(reference: Sequence[WindowLoad], held: Sequence[WindowLoad], now: Wind
     if not reference:
         return Watched(None, (now,))
     candidate = (*held, now)
+    pool = pooled(candidate)
     if (shift := detect_shift(reference, now)) is not None:
         return Watched(shift, tuple(reference))
-    if held and (shift := detect_shift(reference, pooled(candidate))) is not None:
+    if held and (shift := detect_shift(reference, pool)) is not None:
         return Watched(replace(shift, windows=len(candidate)), tuple(reference))
-    if len(candidate) < MAX_REFERENCE and _rate_moved(reference, pooled(candidate)):  # still moved: hold on
+    if len(candidate) < MAX_REFERENCE and _rate_moved(reference, pool):  # still moved: hold on
         return Watched(None, tuple(reference), candidate)
     if _rate_moved(reference, now):  # the held ones rejoin (it moved the other way, or they are too many)
         return Watched(None, (*reference, *held)[-MAX_REFERENCE:], (now,))
@@ -139,10 +140,10 @@ def pooled(windows: Sequence[WindowLoad]) -> WindowLoad:
 
 def _rate_moved(reference: Sequence[WindowLoad], now: WindowLoad) -> bool:
     """Whether `now`'s rate is beyond the minimum effect from the reference's, tested or not."""
-    requests, seconds = sum(w.requests for w in reference), sum(w.seconds for w in reference)
+    requests = sum(w.requests for w in reference)
     if requests <= 0 or now.requests <= 0:
         return False
-    ratio = now.rate_per_s / (requests / seconds)
+    ratio = now.rate_per_s / (requests / sum(w.seconds for w in reference))
     return not 1 / (1 + MIN_CHANGE) <= ratio <= 1 + MIN_CHANGE
 
 

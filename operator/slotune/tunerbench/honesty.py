@@ -12,7 +12,8 @@ own `trim`) when its config holds and stands no worse, as the loop keeps a trim 
   for the same noise-free outcome);
 - a rollback is false when the change rolled back was sound (a sound change undone on a window where the machine ran
   slow);
-- GPUs at rest: the final config's replicas x GPUs per replica;
+- GPUs at rest: the final config's replicas x GPUs per replica; where they exceed the oracle's, the report says what
+  the final config does on its replicas and on the oracle's, and what the oracle's config does (`above_oracle`);
 - an output-altering change in the final config (`quality.alters_outputs`: quantized weights and an fp8 KV cache, which
   allowQualityChange gates, and speculation, lossless in principle but checked by the quality gate) is unneeded when
   the final config with that knob set back to the start's value still holds the SLO;
@@ -74,6 +75,27 @@ def sound(evaluator: Evaluator, decision: Decision) -> bool:
     traffic = evaluator.traffic(decision.window)[1]
     after, before = standing(traffic, decision.config), standing(traffic, decision.previous)
     return after[0] >= max(before[0], HOLDS) if decision.trim else after > before
+
+
+def above_oracle(evaluator: Evaluator, final: RuntimeConfig, oracle: RuntimeConfig) -> str:
+    """Where slotune rests on more replicas than the oracle, what each would do noise-free: its config, the same
+    config on the oracle's replicas, and the oracle's, so that a replica its config needs (a better engine config
+    would not) reads apart from one bought for nothing. Empty where it rests on no more."""
+    if final.replicas <= oracle.replicas:
+        return ""
+    fewer = final.with_changes(replicas=oracle.replicas)
+    return (f"noise-free, slotune's final config {_standing_text(evaluator, final)} on {final.replicas} replicas, "
+            f"{_standing_text(evaluator, fewer)} on the oracle's {oracle.replicas}; the oracle's config "
+            f"{_standing_text(evaluator, oracle)}: {oracle.describe()}")
+
+
+def _standing_text(evaluator: Evaluator, config: RuntimeConfig) -> str:
+    evaluation = evaluator.evaluate(config)
+    if not evaluation.starts:
+        return "does not start"
+    if evaluation.met:
+        return "holds" if evaluator.holds(config) else "meets its scored windows, not every later one"
+    return f"misses by x{evaluation.badness:.2f}"
 
 
 def unneeded_output_changes(evaluator: Evaluator, final: RuntimeConfig) -> tuple[str, ...]:

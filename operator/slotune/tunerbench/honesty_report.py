@@ -94,15 +94,22 @@ def honesty_lines(results: list[ScenarioResult]) -> list[str]:
                      f"{f.gpus_at_rest}/{f.gpus_oracle} | {', '.join(f.above_oracle) or '-'} | "
                      f"{', '.join(f.unneeded_output_changes) or '-'} | "
                      f"{f.windows_missed_after_trim}/{f.windows_measured} |")
-    return [*lines, "", *_bar_lines(rows[-1])]
+    why = {r.scenario: mine.above_oracle for r in results if (mine := r.slotune) is not None}
+    return [*lines, "", *_bar_lines(rows[-1], why)]
 
 
-def _bar_lines(total: FamilyHonesty) -> list[str]:
+def _why(scenario: str, why: dict[str, str]) -> str:
+    return f"{scenario} ({why[scenario]})" if why.get(scenario) else scenario
+
+
+def _bar_lines(total: FamilyHonesty, why_above: dict[str, str] | None = None) -> list[str]:
     share = total.false_rollbacks / total.changes_judged if total.changes_judged else 0.0
     feasible = total.feasible_false_rollbacks / total.feasible_changes_judged if total.feasible_changes_judged else 0.0
 
     def verdict(ok: bool) -> str:
         return "holds" if ok else "FAILS"
+
+    above = "; ".join(_why(name, why_above or {}) for name in total.above_oracle) or "none"
 
     return [
         "The issue's bars, over every scenario:", "",
@@ -110,7 +117,7 @@ def _bar_lines(total: FamilyHonesty) -> list[str]:
         f"({total.reached_slo} of {total.feasible});",
         f"- none feasible called Infeasible: {verdict(total.false_infeasible == 0)} ({total.false_infeasible});",
         f"- GPUs at rest <= the oracle's on every scenario: {verdict(not total.above_oracle)} "
-        f"({len(total.above_oracle)} above: {', '.join(total.above_oracle) or 'none'});",
+        f"({len(total.above_oracle)} above: {above});",
         f"- false rollbacks <= {MAX_FALSE_ROLLBACK_SHARE:.0%} of changes: "
         f"{verdict(share <= MAX_FALSE_ROLLBACK_SHARE)} ({total.false_rollbacks} of {total.changes_judged}, "
         f"{share:.1%}; on the feasible scenarios {verdict(feasible <= MAX_FALSE_ROLLBACK_SHARE)}: "

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from slotune.knobs import RuntimeConfig
 from slotune.tunerbench.evaluator import Evaluation, Evaluator
-from slotune.tunerbench.honesty import Honesty, judge
+from slotune.tunerbench.honesty import Honesty, above_oracle, judge
 from slotune.tunerbench.scenario import Scenario
 from slotune.tunerbench.space import all_configs
 from slotune.tunerbench.strategies import STRATEGIES, Trace
@@ -31,6 +31,7 @@ class StrategyResult:
     evidence: str | None = None  # the model's first verdict that nothing allowed can meet the SLO (slotune only)
     changes_at_evidence: int | None = None  # configs applied by the window that carried it
     honesty: Honesty | None = None  # its decisions judged noise-free (slotune only: tunerbench.honesty)
+    above_oracle: str = ""  # resting on more replicas than the oracle: what each would do (honesty.above_oracle)
 
     @property
     def changes_after_evidence(self) -> int | None:
@@ -121,7 +122,9 @@ def _score(trace: Trace, evaluator: Evaluator, oracle: Evaluation, feasible: boo
         best = max(best, evaluation.goodput_per_replica)
         curve.append(best / oracle.goodput_per_replica if feasible and oracle.goodput_per_replica > 0 else 0.0)
     fresh = evaluator.meets_fresh(final) if final is not None and feasible and trace.strategy == "slotune" else None
-    honesty = judge(trace, evaluator, evaluator.scenario.tensor_parallel) if trace.strategy == "slotune" else None
+    mine = trace.strategy == "slotune"
+    honesty = judge(trace, evaluator, evaluator.scenario.tensor_parallel) if mine else None
+    above = above_oracle(evaluator, final, oracle.config) if mine and final is not None else ""
     return StrategyResult(trace.strategy, to_slo, ratio, trace.regressions, trace.declared_infeasible, tuple(curve),
                           final.describe() if final is not None else "-", fresh, trace.changes_to_infeasible,
-                          trace.evidence, trace.changes_at_evidence, honesty)
+                          trace.evidence, trace.changes_at_evidence, honesty, above)

@@ -6,7 +6,14 @@ import pytest
 
 from slotune.knobs import Quantization, SpeculativeConfig, SpeculativeMethod
 from slotune.tunerbench.evaluator import Evaluator
-from slotune.tunerbench.honesty import Honesty, judge, sound, unneeded_output_changes, windows_missed_after_trim
+from slotune.tunerbench.honesty import (
+    Honesty,
+    above_oracle,
+    judge,
+    sound,
+    unneeded_output_changes,
+    windows_missed_after_trim,
+)
 from slotune.tunerbench.honesty_report import family_of, honesty_lines, summarise_honesty
 from slotune.tunerbench.run import ScenarioResult, StrategyResult
 from slotune.tunerbench.scenario import Scenario
@@ -114,3 +121,19 @@ def test_the_report_sums_per_family_and_says_which_bar_fails():
     assert "false rollbacks <= 5% of changes: FAILS (1 of 10, 10.0%; on the feasible scenarios FAILS: 1 of 6, " \
         "16.7%); 0 of the 1 undid a config that holds the SLO" in text
     assert "every feasible scenario reaches its SLO: holds (1 of 1)" in text
+
+
+def test_resting_above_the_oracle_says_what_each_config_does_noise_free(evaluator, configs):
+    """A replica more than the oracle reads apart from one the config needs: the report says, noise-free, what the
+    final config does on its replicas and on the oracle's, and what the oracle's does."""
+    small, fits, margin = configs
+    assert above_oracle(evaluator, fits, margin) == ""  # resting on fewer: nothing to explain
+    text = above_oracle(evaluator, margin, fits)
+    assert text.startswith("noise-free, slotune's final config holds on 2 replicas, holds on the oracle's 1; ")
+    assert text.endswith(f"the oracle's config holds: {fits.describe()}")
+    needs = above_oracle(evaluator, small.with_changes(replicas=2), fits)
+    assert "on 2 replicas, misses by x" in needs and "on the oracle's 1" in needs
+    mine = StrategyResult("slotune", 1, 1.0, 0, False, (1.0,), "-", honesty=Honesty(2, 1, 0, 0, 2, (), 4, 0),
+                          above_oracle=text)
+    report = "\n".join(honesty_lines([ScenarioResult("chat-small", True, 1.0, "-", False, 1, (mine,), oracle_gpus=1)]))
+    assert f"FAILS (1 above: chat-small ({text}));" in report

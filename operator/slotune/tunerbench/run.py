@@ -121,10 +121,10 @@ def _score(trace: Trace, evaluator: Evaluator, oracle: Evaluation, feasible: boo
     for evaluation in trace.applied:
         best = max(best, evaluation.goodput_per_replica)
         curve.append(best / oracle.goodput_per_replica if feasible and oracle.goodput_per_replica > 0 else 0.0)
-    fresh = evaluator.meets_fresh(final) if final is not None and feasible and trace.strategy == "slotune" else None
-    mine = trace.strategy == "slotune"
-    honesty = judge(trace, evaluator, evaluator.scenario.tensor_parallel) if mine else None
-    above = above_oracle(evaluator, final, oracle.config) if mine and final is not None else ""
+    is_slotune = trace.strategy == "slotune"
+    fresh = evaluator.meets_fresh(final) if final is not None and feasible and is_slotune else None
+    honesty = judge(trace, evaluator, evaluator.scenario.tensor_parallel) if is_slotune else None
+    above = above_oracle(evaluator, final, oracle.config) if is_slotune and final is not None else ""
     return StrategyResult(trace.strategy, to_slo, ratio, trace.regressions, trace.declared_infeasible, tuple(curve),
                           final.describe() if final is not None else "-", fresh, trace.changes_to_infeasible,
                           trace.evidence, trace.changes_at_evidence, honesty, above)

@@ -26,7 +26,7 @@ from slotune.tracebench.engine import oracle_config, vllm_defaults
 from slotune.tracebench.goal import required_attainment
 from slotune.tracebench.hindsight import HindsightPool, hindsight_pool
 from slotune.tracebench.metrics import StrategyFigures, pass_figures
-from slotune.tracebench.profile import NUM_REQUESTS, profile_capacity
+from slotune.tracebench.profile import profile_capacity
 from slotune.tracebench.replay import Decide, Replayed, replay, two_days
 from slotune.tracebench.sizing import PEAK_S, busiest_start_s, peak_pool
 from slotune.tracebench.slotune_driver import SlotuneDriver
@@ -100,7 +100,7 @@ def _prepare(case: TraceCase) -> _Setup:
     deployment = case.deployment
     peak_start_s = busiest_start_s(planned.requests)
     peak = [r for r in planned.requests if peak_start_s <= r.arrival_s < peak_start_s + PEAK_S]
-    lengths = [r for r in planned.requests if r.arrival_s >= peak_start_s][:NUM_REQUESTS]
+    lengths = [r for r in planned.requests if r.arrival_s >= peak_start_s]
     engines = {"default": vllm_defaults(deployment)}
     engines["oracle"], _ = oracle_config(deployment, case.load.slo, lengths)
     capacity = {label: profile_capacity(deployment, c, case.load.slo, lengths).rate_per_s

@@ -5,7 +5,8 @@ capacity it planned with at the end against what the profiler measures for the e
 each replica at a fraction of its profiled capacity runs that many more replicas; the line says which it was, and
 splits the excess: the replicas each window's measured arrivals needed at the capacity slotune planned with (what
 ran beyond them was ordered ahead of the load: the forecast's upper band a start-up ahead, the trims' hysteresis),
-and at the oracle config's profiled capacity (the difference is the capacity the plan did not count on)."""
+and at the oracle config's profiled capacity (the difference is the capacity the plan did not count on, or, below zero,
+what it counted on beyond one replica's: a fleet multiplexes bursts)."""
 
 from __future__ import annotations
 
@@ -42,10 +43,14 @@ def _split(ours: Replayed, profiled_per_s: float) -> str:
     profiled = needed_replicas(ours, 1, [profiled_per_s] * len(ours.windows))
     if planned <= 0:
         return ""
+    under = planned - profiled
+    capacity = (f"{under:+.1f} for planning under the profiled capacity" if under > 0 else
+                f"{under:+.1f} for planning above it (replicas behind one router take each other's bursts, which "
+                "one replica alone, as profiled, cannot)")
     return (f"; each pass-2 window's measured arrivals needed {planned:.1f} replicas on average at the capacity "
             f"slotune planned with and {profiled:.1f} at the oracle config's profiled {profiled_per_s:.2f} req/s: "
             f"{ran - planned:+.1f} replicas ran ahead of the measured load (the forecast's upper band a start-up "
-            f"ahead, trim hysteresis), {planned - profiled:+.1f} for planning under the profiled capacity")
+            f"ahead, trim hysteresis), {capacity}")
 
 
 def shortfall(result: CaseResult, checked: GoalCheck) -> str:

@@ -36,13 +36,13 @@ def test_bench_traces_writes_the_schema_and_a_baseline_meets_its_slo(tmp_path: P
     trace = make(tmp_path / ("trace.csv" if make is azure_trace else "trace.jsonl"))
     out = tmp_path / "out"
     code = cli.main(["bench-traces", "--trace", str(trace), "--model", "llama-3.1-8b", "--accelerator",
-                     "nvidia-h100-80gb", "--rate", "1.0", "--duration-s", "150", "--startup-s", "30",
+                     "nvidia-l4", "--rate", "1.0", "--duration-s", "150", "--startup-s", "30",
                      "--max-replicas", "3", "--slo", "ttft.p99=3000,tpot.p99=100", "--jobs", "1", "--out", str(out)])
     assert code == 0
     body = json.loads((out / "traces.json").read_text())
     (entry,) = body["traces"]
     assert set(entry) == {"trace", "model", "accelerator", "scaling", "strategies", "hindsight"}
-    assert (entry["trace"], entry["model"], entry["accelerator"]) == (trace.name, "llama-3.1-8b", "nvidia-h100-80gb")
+    assert (entry["trace"], entry["model"], entry["accelerator"]) == (trace.name, "llama-3.1-8b", "nvidia-l4")
     assert entry["scaling"]["rate_per_s"] == pytest.approx(1.0, rel=0.02)
     assert {s["strategy"] for s in entry["strategies"]} == STRATEGIES
     for strategy in entry["strategies"]:
@@ -50,9 +50,9 @@ def test_bench_traces_writes_the_schema_and_a_baseline_meets_its_slo(tmp_path: P
         assert strategy["engine_config"] in {"default", "oracle", "tuned"}
         assert 0.0 <= strategy["attainment"] <= 1.0 and strategy["gpu_hours"] > 0
     static = next(s for s in entry["strategies"] if s["strategy"] == "static-peak" and s["engine_config"] == "default")
-    assert static["attainment"] >= 0.99 and static["first_pass"]["attainment"] >= 0.99  # 1 req/s on an H100
+    assert static["attainment"] >= 0.99 and static["first_pass"]["attainment"] >= 0.99  # 1 req/s on an L4
     assert (out / "traces.md").read_text().count("| static-peak |") == 2
-    for label in ("default", "oracle"):  # the foresight yardstick: 1 req/s needs one H100, known ahead or not
+    for label in ("default", "oracle"):  # the foresight yardstick: 1 req/s needs one L4, known ahead or not
         yardstick = entry["hindsight"][label]
         assert yardstick["reached"] and yardstick["attainment"] >= 0.99 and yardstick["gpu_hours"] > 0
     assert "Hindsight pool" in (out / "traces.md").read_text()

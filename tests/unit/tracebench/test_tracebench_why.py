@@ -53,16 +53,26 @@ def test_a_short_cost_says_how_many_replicas_ran_and_what_capacity_was_planned_w
     assert "6.00 req/s per replica" in line and "default 8.00" in line
 
 
-def test_the_excess_splits_into_replicas_ahead_of_the_load_and_capacity_not_counted_on() -> None:
+def split_at(planned_per_s: float) -> str:
+    """The short line where every window brought 14 req/s and slotune planned with `planned_per_s` per replica."""
     short = result(1.30)
     ours = short.runs[0]
     ours.windows = [replace(w, arrival_rate_per_s=14.0) for w in ours.windows]
-    ours.planned_per_replica = [6.0] * len(ours.windows)  # 14 req/s at 6 each: 3 replicas; at the oracle's 8: 2
+    ours.planned_per_replica = [planned_per_s] * len(ours.windows)
     checked = check(short.figures)
     assert checked is not None
-    line = shortfall(short, checked)
+    return shortfall(short, checked)
+
+
+def test_the_excess_splits_into_replicas_ahead_of_the_load_and_capacity_not_counted_on() -> None:
+    line = split_at(6.0)  # 14 req/s at 6 each: 3 replicas; at the oracle's 8: 2
     assert "needed 3.0 replicas on average at the capacity slotune planned with and 2.0 at the oracle" in line
     assert "+1.0 replicas ran ahead of the measured load" in line and "+1.0 for planning under" in line
+
+
+def test_planning_above_one_replicas_profiled_capacity_is_said_so() -> None:
+    line = split_at(16.0)  # 14 req/s at 16 each: 1 replica; at the oracle's 8: 2
+    assert "-1.0 for planning above it" in line and "under the profiled" not in line
 
 
 def test_without_a_planned_capacity_per_window_the_split_is_left_out() -> None:
@@ -75,3 +85,4 @@ def test_nothing_is_said_when_the_cost_meets_the_goal() -> None:
     cheap = result(0.50)
     checked = check(cheap.figures)
     assert checked is not None and shortfall(cheap, checked) == ""
+

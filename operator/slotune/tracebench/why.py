@@ -44,7 +44,7 @@ def _split(ours: Replayed, profiled_per_s: float) -> str:
     if planned <= 0:
         return ""
     under = planned - profiled
-    capacity = (f"{under:+.1f} for planning under the profiled capacity" if under > 0 else
+    capacity = (f"{under:+.1f} for planning under the profiled capacity" if under >= 0 else
                 f"{under:+.1f} for planning above it (replicas behind one router take each other's bursts, which "
                 "one replica alone, as profiled, cannot)")
     return (f"; each pass-2 window's measured arrivals needed {planned:.1f} replicas on average at the capacity "

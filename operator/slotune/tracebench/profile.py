@@ -30,7 +30,7 @@ from slotune.workload import PlannedRequest
 
 NUM_REQUESTS = 300  # the fewest requests a rate is judged on
 OVERLOAD = 0.1  # a rate this much above what a replica sustains shows its queue within the stretch
-MAX_REQUESTS = 3000  # the most a rate is judged on (a simulated request costs time)
+MAX_REQUESTS = 3000  # the most (a simulated request costs time): past it, only a larger overload shows
 WARMUP = 40
 BISECTIONS = 3
 MIN_RATE_PER_S = 0.02

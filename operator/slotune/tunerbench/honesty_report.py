@@ -102,14 +102,14 @@ def _why(scenario: str, why: dict[str, str]) -> str:
     return f"{scenario} ({why[scenario]})" if why.get(scenario) else scenario
 
 
-def _bar_lines(total: FamilyHonesty, why_above: dict[str, str] | None = None) -> list[str]:
+def _bar_lines(total: FamilyHonesty, why_above: dict[str, str]) -> list[str]:
     share = total.false_rollbacks / total.changes_judged if total.changes_judged else 0.0
     feasible = total.feasible_false_rollbacks / total.feasible_changes_judged if total.feasible_changes_judged else 0.0
 
     def verdict(ok: bool) -> str:
         return "holds" if ok else "FAILS"
 
-    above = "; ".join(_why(name, why_above or {}) for name in total.above_oracle) or "none"
+    above = "; ".join(_why(name, why_above) for name in total.above_oracle) or "none"
 
     return [
         "The issue's bars, over every scenario:", "",
